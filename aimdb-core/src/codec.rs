@@ -1,0 +1,218 @@
+//! Encoders and decoders between typed values and payload bytes.
+//!
+//! The default path encodes into a borrowed scratch slice and returns the
+//! length ([`Encode`]), so nothing is allocated; [`EncodeOwned`] (feature
+//! `alloc`) returns a fresh `Vec<u8>` for transports that want ownership.
+//! [`Postcard`] is the default format; [`Json`] (feature `json`) is for
+//! hosts. A too-small buffer and malformed input are distinct errors.
+//!
+//! Plain functions are codecs too: `fn(&T, &mut [u8]) -> Result<usize,
+//! EncodeError>` implements [`Encode<T>`] and `fn(&[u8]) -> Result<T,
+//! DecodeError>` implements [`Decode<T>`].
+#![forbid(unsafe_code)]
+
+use core::fmt;
+
+/// Encoding failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EncodeError {
+    /// The output buffer is too small for this value.
+    BufferTooSmall,
+    /// The value cannot be represented in this format.
+    Unsupported,
+}
+
+/// Decoding failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The bytes are not a valid encoding of the type.
+    Malformed,
+    /// The input ended before the value was complete.
+    Truncated,
+    /// The value decoded but bytes were left over.
+    TrailingBytes,
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::BufferTooSmall => "encode buffer too small",
+            Self::Unsupported => "value not representable in this format",
+        })
+    }
+}
+impl core::error::Error for EncodeError {}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Malformed => "malformed payload",
+            Self::Truncated => "truncated payload",
+            Self::TrailingBytes => "trailing bytes after payload",
+        })
+    }
+}
+impl core::error::Error for DecodeError {}
+
+/// Encodes `T` into a borrowed buffer.
+pub trait Encode<T: ?Sized> {
+    /// Writes `value` at the start of `buf`, returning the length written.
+    fn encode(&self, value: &T, buf: &mut [u8]) -> Result<usize, EncodeError>;
+}
+
+/// Decodes `T` from bytes.
+pub trait Decode<T> {
+    /// Decodes a whole payload (trailing bytes are an error).
+    fn decode(&self, bytes: &[u8]) -> Result<T, DecodeError>;
+}
+
+/// Encodes `T` into a freshly allocated buffer (one allocation per value).
+#[cfg(feature = "alloc")]
+pub trait EncodeOwned<T: ?Sized> {
+    /// Encodes `value` into a new `Vec`.
+    fn encode_owned(&self, value: &T) -> Result<alloc::vec::Vec<u8>, EncodeError>;
+}
+
+impl<T: ?Sized> Encode<T> for fn(&T, &mut [u8]) -> Result<usize, EncodeError> {
+    fn encode(&self, value: &T, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        self(value, buf)
+    }
+}
+
+impl<T> Decode<T> for fn(&[u8]) -> Result<T, DecodeError> {
+    fn decode(&self, bytes: &[u8]) -> Result<T, DecodeError> {
+        self(bytes)
+    }
+}
+
+/// The postcard wire format (compact, varint-based, `no_std`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Postcard;
+
+fn postcard_encode_err(e: postcard::Error) -> EncodeError {
+    match e {
+        postcard::Error::SerializeBufferFull => EncodeError::BufferTooSmall,
+        _ => EncodeError::Unsupported,
+    }
+}
+
+impl<T: serde::Serialize + ?Sized> Encode<T> for Postcard {
+    fn encode(&self, value: &T, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        postcard::to_slice(value, buf)
+            .map(|out| out.len())
+            .map_err(postcard_encode_err)
+    }
+}
+
+impl<T: serde::de::DeserializeOwned> Decode<T> for Postcard {
+    fn decode(&self, bytes: &[u8]) -> Result<T, DecodeError> {
+        match postcard::take_from_bytes::<T>(bytes) {
+            Ok((v, [])) => Ok(v),
+            Ok(_) => Err(DecodeError::TrailingBytes),
+            Err(postcard::Error::DeserializeUnexpectedEnd) => Err(DecodeError::Truncated),
+            Err(_) => Err(DecodeError::Malformed),
+        }
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl<T: serde::Serialize + ?Sized> EncodeOwned<T> for Postcard {
+    fn encode_owned(&self, value: &T) -> Result<alloc::vec::Vec<u8>, EncodeError> {
+        postcard::to_allocvec(value).map_err(postcard_encode_err)
+    }
+}
+
+/// JSON (hosts; feature `json`).
+#[cfg(feature = "json")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Json;
+
+#[cfg(feature = "json")]
+impl<T: serde::Serialize + ?Sized> Encode<T> for Json {
+    fn encode(&self, value: &T, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        let cap = buf.len();
+        let mut w: &mut [u8] = buf;
+        match serde_json::to_writer(&mut w, value) {
+            Ok(()) => Ok(cap - w.len()),
+            Err(e) if e.is_io() => Err(EncodeError::BufferTooSmall),
+            Err(_) => Err(EncodeError::Unsupported),
+        }
+    }
+}
+
+#[cfg(feature = "json")]
+impl<T: serde::de::DeserializeOwned> Decode<T> for Json {
+    fn decode(&self, bytes: &[u8]) -> Result<T, DecodeError> {
+        serde_json::from_slice(bytes).map_err(|e| {
+            if e.is_eof() {
+                DecodeError::Truncated
+            } else {
+                DecodeError::Malformed
+            }
+        })
+    }
+}
+
+#[cfg(feature = "json")]
+impl<T: serde::Serialize + ?Sized> EncodeOwned<T> for Json {
+    fn encode_owned(&self, value: &T) -> Result<alloc::vec::Vec<u8>, EncodeError> {
+        serde_json::to_vec(value).map_err(|_| EncodeError::Unsupported)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    struct Reading {
+        id: u16,
+        celsius: f32,
+    }
+
+    #[test]
+    fn postcard_roundtrip_and_errors() {
+        let r = Reading { id: 7, celsius: 21.5 };
+        let mut buf = [0u8; 16];
+        let n = Postcard.encode(&r, &mut buf).unwrap();
+        let back: Reading = Postcard.decode(&buf[..n]).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(
+            Postcard.encode(&r, &mut buf[..2]),
+            Err(EncodeError::BufferTooSmall)
+        );
+        assert_eq!(
+            Decode::<Reading>::decode(&Postcard, &buf[..n - 1]),
+            Err(DecodeError::Truncated)
+        );
+        let mut long = [0u8; 17];
+        long[..n].copy_from_slice(&buf[..n]);
+        assert_eq!(
+            Decode::<Reading>::decode(&Postcard, &long[..n + 1]),
+            Err(DecodeError::TrailingBytes)
+        );
+        // 0xff.. is not a valid varint for the u16 id.
+        assert_eq!(
+            Decode::<Reading>::decode(&Postcard, &[0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]),
+            Err(DecodeError::Malformed)
+        );
+    }
+
+    #[cfg(feature = "json")]
+    #[test]
+    fn json_roundtrip_and_errors() {
+        let r = Reading { id: 7, celsius: 21.5 };
+        let mut buf = [0u8; 64];
+        let n = Json.encode(&r, &mut buf).unwrap();
+        assert_eq!(&buf[..n], br#"{"id":7,"celsius":21.5}"#);
+        assert_eq!(Json.decode(&buf[..n]), Ok(r));
+        assert_eq!(
+            Json.encode(&Reading { id: 1, celsius: 0.0 }, &mut buf[..4]),
+            Err(EncodeError::BufferTooSmall)
+        );
+        assert_eq!(Decode::<Reading>::decode(&Json, b"{\"id\":"), Err(DecodeError::Truncated));
+        assert_eq!(Decode::<Reading>::decode(&Json, b"[1,2,x]"), Err(DecodeError::Malformed));
+    }
+}

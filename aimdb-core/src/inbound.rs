@@ -1,0 +1,4 @@
+//! inbound
+#![forbid(unsafe_code)]
+/// x
+pub struct Dispatch;

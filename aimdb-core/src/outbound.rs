@@ -1,0 +1,4 @@
+//! outbound
+#![forbid(unsafe_code)]
+/// x
+pub struct Routes;

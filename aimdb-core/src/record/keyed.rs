@@ -1,0 +1,293 @@
+//! Keyed records: one record slot per key (a device id, a room name), the key
+//! claimed on first sighting.
+//!
+//! [`Keyed`] has a fixed capacity (no heap; [`KeyError::Full`] when every
+//! slot is claimed). [`KeyedVec`] (feature `alloc`) grows by exactly one
+//! allocation per new key, and never allocates again for a known key.
+//! Known-key lookup compares a 32-bit hash first, then the key bytes.
+
+use core::cell::RefCell;
+use core::fmt;
+
+use embassy_sync::blocking_mutex::raw::RawMutex;
+use embassy_sync::blocking_mutex::Mutex;
+
+use super::{Buffer, Record};
+use crate::topic::fnv1a;
+
+/// Longest key, in bytes.
+pub const KEY_MAX_LEN: usize = 32;
+
+/// Claiming or writing a key failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// Every slot of a fixed-capacity table is claimed.
+    Full,
+    /// The key is longer than [`KEY_MAX_LEN`] bytes.
+    TooLong,
+    /// The key is empty.
+    Empty,
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Full => "key table full",
+            Self::TooLong => "key longer than KEY_MAX_LEN",
+            Self::Empty => "empty key",
+        })
+    }
+}
+impl core::error::Error for KeyError {}
+
+type Key = heapless::String<KEY_MAX_LEN>;
+
+fn check_key(key: &str) -> Result<(), KeyError> {
+    if key.is_empty() {
+        Err(KeyError::Empty)
+    } else if key.len() > KEY_MAX_LEN {
+        Err(KeyError::TooLong)
+    } else {
+        Ok(())
+    }
+}
+
+struct KeyTable<const K: usize> {
+    hashes: [u32; K],
+    keys: [Key; K],
+    len: usize,
+}
+
+impl<const K: usize> KeyTable<K> {
+    fn find(&self, hash: u32, key: &str) -> Option<usize> {
+        (0..self.len).find(|&i| self.hashes[i] == hash && self.keys[i] == key)
+    }
+}
+
+/// Up to `K` keyed slots, each a `Record<M, B, R>`; no heap.
+pub struct Keyed<M: RawMutex, B: Buffer, const K: usize, const R: usize> {
+    name: &'static str,
+    table: Mutex<M, RefCell<KeyTable<K>>>,
+    slots: [Record<M, B, R>; K],
+}
+
+impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> Keyed<M, B, K, R> {
+    /// An empty table called `name`. Slot records are unnamed; the table
+    /// carries the name.
+    #[cfg(not(loom))]
+    pub const fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            table: Mutex::new(RefCell::new(KeyTable {
+                hashes: [0; K],
+                keys: [const { Key::new() }; K],
+                len: 0,
+            })),
+            slots: [const { Record::new("") }; K],
+        }
+    }
+    /// An empty table called `name`.
+    #[cfg(loom)]
+    pub fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            table: Mutex::new(RefCell::new(KeyTable {
+                hashes: [0; K],
+                keys: core::array::from_fn(|_| Key::new()),
+                len: 0,
+            })),
+            slots: core::array::from_fn(|_| Record::new("")),
+        }
+    }
+
+    /// The table's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Number of claimed keys.
+    pub fn len(&self) -> usize {
+        self.table.lock(|t| t.borrow().len)
+    }
+
+    /// Whether no key is claimed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The slot of a known key.
+    pub fn get(&self, key: &str) -> Option<&Record<M, B, R>> {
+        let h = fnv1a(key.as_bytes());
+        let i = self.table.lock(|t| t.borrow().find(h, key))?;
+        Some(&self.slots[i])
+    }
+
+    /// The slot of `key`, claiming a free one on first sighting.
+    pub fn claim(&self, key: &str) -> Result<&Record<M, B, R>, KeyError> {
+        check_key(key)?;
+        let h = fnv1a(key.as_bytes());
+        let i = self.table.lock(|t| {
+            let mut t = t.borrow_mut();
+            if let Some(i) = t.find(h, key) {
+                return Ok(i);
+            }
+            let i = t.len;
+            if i == K {
+                return Err(KeyError::Full);
+            }
+            t.hashes[i] = h;
+            t.keys[i].clear();
+            // Length checked above, so the push cannot fail.
+            t.keys[i].push_str(key).map_err(|_| KeyError::TooLong)?;
+            t.len += 1;
+            Ok(i)
+        })?;
+        Ok(&self.slots[i])
+    }
+
+    /// Writes `value` to `key`'s slot, claiming it if new.
+    pub fn write(&self, key: &str, value: B::Item) -> Result<(), KeyError> {
+        self.claim(key)?.write(value);
+        Ok(())
+    }
+
+    /// Calls `f` with each claimed key and its slot, in claim order.
+    pub fn for_each(&self, mut f: impl FnMut(&str, &Record<M, B, R>)) {
+        let len = self.len();
+        for i in 0..len {
+            let key = self.table.lock(|t| t.borrow().keys[i].clone());
+            f(&key, &self.slots[i]);
+        }
+    }
+}
+
+impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> fmt::Debug for Keyed<M, B, K, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Keyed")
+            .field("name", &self.name)
+            .field("capacity", &K)
+            .field("len", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Write access to a keyed table whose buffer kind is erased: what a keyed
+/// inbound link writes through.
+pub trait KeyedSink<T> {
+    /// The table's name.
+    fn name(&self) -> &'static str;
+    /// Writes `value` to `key`'s slot, claiming it on first sighting.
+    fn write_key(&self, key: &str, value: T) -> Result<(), KeyError>;
+}
+
+impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> KeyedSink<B::Item>
+    for Keyed<M, B, K, R>
+{
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn write_key(&self, key: &str, value: B::Item) -> Result<(), KeyError> {
+        self.write(key, value)
+    }
+}
+
+#[cfg(feature = "alloc")]
+mod growable {
+    use alloc::sync::Arc;
+    use alloc::vec::Vec;
+
+    use super::*;
+
+    /// A claimed key of a [`KeyedVec`] and its record.
+    pub struct KeySlot<M: RawMutex, B: Buffer, const R: usize> {
+        hash: u32,
+        key: Key,
+        record: Record<M, B, R>,
+    }
+
+    impl<M: RawMutex, B: Buffer, const R: usize> KeySlot<M, B, R> {
+        /// The key.
+        pub fn key(&self) -> &str {
+            &self.key
+        }
+        /// The key's record.
+        pub fn record(&self) -> &Record<M, B, R> {
+            &self.record
+        }
+    }
+
+    /// A keyed table that grows: one allocation (the slot) per new key.
+    /// The index is reserved up front ([`KeyedVec::with_capacity`]); past
+    /// that reservation it also reallocates, amortised.
+    pub struct KeyedVec<M: RawMutex, B: Buffer, const R: usize> {
+        name: &'static str,
+        index: Mutex<M, RefCell<Vec<Arc<KeySlot<M, B, R>>>>>,
+    }
+
+    impl<M: RawMutex, B: Buffer, const R: usize> KeyedVec<M, B, R> {
+        /// An empty table with room reserved for `keys` keys.
+        pub fn with_capacity(name: &'static str, keys: usize) -> Self {
+            Self {
+                name,
+                index: Mutex::new(RefCell::new(Vec::with_capacity(keys))),
+            }
+        }
+
+        /// Number of claimed keys.
+        pub fn len(&self) -> usize {
+            self.index.lock(|i| i.borrow().len())
+        }
+
+        /// Whether no key is claimed.
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+
+        /// The slot of a known key (an `Arc` clone: no allocation).
+        pub fn get(&self, key: &str) -> Option<Arc<KeySlot<M, B, R>>> {
+            let h = fnv1a(key.as_bytes());
+            self.index.lock(|i| {
+                i.borrow()
+                    .iter()
+                    .find(|s| s.hash == h && s.key == key)
+                    .cloned()
+            })
+        }
+
+        /// Writes `value` to `key`'s slot, claiming it if new.
+        pub fn write(&self, key: &str, value: B::Item) -> Result<(), KeyError> {
+            check_key(key)?;
+            let h = fnv1a(key.as_bytes());
+            let slot = self.index.lock(|i| {
+                let mut i = i.borrow_mut();
+                if let Some(s) = i.iter().find(|s| s.hash == h && s.key == key) {
+                    return Ok(Arc::clone(s));
+                }
+                let mut k = Key::new();
+                k.push_str(key).map_err(|_| KeyError::TooLong)?;
+                let s = Arc::new(KeySlot {
+                    hash: h,
+                    key: k,
+                    record: Record::new(self.name),
+                });
+                i.push(Arc::clone(&s));
+                Ok(s)
+            })?;
+            slot.record.write(value);
+            Ok(())
+        }
+    }
+
+    impl<M: RawMutex, B: Buffer, const R: usize> KeyedSink<B::Item> for KeyedVec<M, B, R> {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn write_key(&self, key: &str, value: B::Item) -> Result<(), KeyError> {
+            self.write(key, value)
+        }
+    }
+}
+
+#[cfg(feature = "alloc")]
+pub use growable::{KeySlot, KeyedVec};

@@ -1,0 +1,159 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::vec::Vec;
+
+use embassy_sync::blocking_mutex::raw::{CriticalSectionRawMutex, NoopRawMutex};
+
+use super::*;
+
+struct CountWake(AtomicUsize);
+impl Wake for CountWake {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+fn counting_waker() -> (Arc<CountWake>, Waker) {
+    let c = Arc::new(CountWake(AtomicUsize::new(0)));
+    (c.clone(), Waker::from(c))
+}
+
+#[test]
+fn latest_coalesces_and_sees_each_value_once() {
+    let rec: Record<NoopRawMutex, Latest<u32>, 2> = Record::new("state");
+    let mut r = rec.subscribe().unwrap();
+    assert_eq!(r.try_recv(), Err(TryRecvError::Empty));
+    rec.write(1);
+    rec.write(2);
+    rec.write(3);
+    assert_eq!(r.try_recv(), Ok(3), "writes between reads coalesce");
+    assert_eq!(r.try_recv(), Err(TryRecvError::Empty), "seen at most once");
+    rec.write(3);
+    assert_eq!(r.try_recv(), Ok(3), "an equal value is still a new write");
+    // A late subscriber sees the current value once.
+    let mut late = rec.subscribe().unwrap();
+    assert_eq!(late.try_recv(), Ok(3));
+    assert_eq!(late.try_recv(), Err(TryRecvError::Empty));
+    assert_eq!(rec.writes(), 4);
+}
+
+#[test]
+fn ring_exact_lag_at_and_past_capacity() {
+    let rec: Record<NoopRawMutex, Ring<u32, 4>, 2> = Record::new("telemetry");
+    let mut a = rec.subscribe().unwrap();
+    let mut b = rec.subscribe().unwrap();
+    // Exactly at capacity: nothing lost.
+    for v in 0..4 {
+        rec.write(v);
+    }
+    let got: Vec<_> = core::iter::from_fn(|| a.try_recv().ok()).collect();
+    assert_eq!(got, [0, 1, 2, 3]);
+    // Reader b is 4 behind: still at capacity, nothing lost; then 3 more
+    // writes put it 7 behind a ring of 4: it lost exactly 3.
+    for v in 4..7 {
+        rec.write(v);
+    }
+    assert_eq!(b.try_recv(), Err(TryRecvError::Lagged(3)));
+    let got: Vec<_> = core::iter::from_fn(|| b.try_recv().ok()).collect();
+    assert_eq!(got, [3, 4, 5, 6]);
+    // Reader a was independent: lost nothing.
+    let got: Vec<_> = core::iter::from_fn(|| a.try_recv().ok()).collect();
+    assert_eq!(got, [4, 5, 6]);
+    // Far behind: lag counts every lost value.
+    for v in 0..1000 {
+        rec.write(v);
+    }
+    assert_eq!(a.try_recv(), Err(TryRecvError::Lagged(996)));
+    assert_eq!(a.try_recv(), Ok(996));
+}
+
+#[test]
+fn ring_new_reader_starts_at_next_write() {
+    let rec: Record<NoopRawMutex, Ring<u8, 2>, 1> = Record::new("r");
+    rec.write(1);
+    let mut r = rec.subscribe().unwrap();
+    assert_eq!(r.try_recv(), Err(TryRecvError::Empty));
+    rec.write(2);
+    assert_eq!(r.try_recv(), Ok(2));
+}
+
+#[test]
+fn mailbox_latest_wins_each_taken_once_across_readers() {
+    let rec: Record<NoopRawMutex, Mailbox<u32>, 3> = Record::new("cmd");
+    let mut rs: Vec<_> = (0..3).map(|_| rec.subscribe().unwrap()).collect();
+    rec.write(1);
+    rec.write(2);
+    let taken: Vec<_> = rs.iter_mut().filter_map(|r| r.try_recv().ok()).collect();
+    assert_eq!(taken, [2], "latest wins, taken by exactly one reader");
+    for v in 10..20 {
+        rec.write(v);
+        let taken: Vec<_> = rs.iter_mut().rev().filter_map(|r| r.try_recv().ok()).collect();
+        assert_eq!(taken, [v]);
+    }
+}
+
+#[test]
+fn subscribe_past_capacity_is_an_error_and_drop_frees_the_slot() {
+    let rec: Record<NoopRawMutex, Latest<u8>, 2> = Record::new("x");
+    let a = rec.subscribe().unwrap();
+    let _b = rec.subscribe().unwrap();
+    assert_eq!(rec.subscribe().map(|_| ()), Err(SubscribeError::Full));
+    drop(a);
+    assert!(rec.subscribe().is_ok());
+}
+
+#[test]
+fn poll_recv_registers_and_write_wakes_only_waiters() {
+    let rec: Record<NoopRawMutex, Ring<u8, 4>, 2> = Record::new("r");
+    let mut r = rec.subscribe().unwrap();
+    let _idle = rec.subscribe().unwrap();
+    let (count, waker) = counting_waker();
+    let mut cx = Context::from_waker(&waker);
+    assert_eq!(r.poll_recv(&mut cx), Poll::Pending);
+    rec.write(7);
+    assert_eq!(count.0.load(Ordering::SeqCst), 1);
+    rec.write(8);
+    assert_eq!(count.0.load(Ordering::SeqCst), 1, "no re-wake without re-poll");
+    assert_eq!(r.poll_recv(&mut cx), Poll::Ready(Ok(7)));
+    assert_eq!(r.poll_recv(&mut cx), Poll::Ready(Ok(8)));
+    assert_eq!(r.poll_recv(&mut cx), Poll::Pending);
+    drop(r);
+    rec.write(9);
+    assert_eq!(count.0.load(Ordering::SeqCst), 1, "dropped reader is not woken");
+}
+
+#[test]
+fn writer_thread_wakes_parked_readers() {
+    use std::sync::atomic::AtomicU32;
+    static REC: Record<CriticalSectionRawMutex, Ring<u32, 64>, 2> = Record::new("threads");
+    static ACK: [AtomicU32; 2] = [AtomicU32::new(0), AtomicU32::new(0)];
+    const N: u32 = 5_000;
+    let readers: Vec<_> = (0..2)
+        .map(|k| {
+            let mut r = REC.subscribe().unwrap();
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                while got.len() < N as usize {
+                    match futures::executor::block_on(r.recv()) {
+                        Ok(v) => got.push(v),
+                        Err(RecvError::Lagged(n)) => panic!("lagged {n} with a paced writer"),
+                    }
+                    ACK[k].store(got.len() as u32, Ordering::SeqCst);
+                }
+                got
+            })
+        })
+        .collect();
+    for v in 0..N {
+        // Back-pressure through the acks keeps the ring from overflowing, so
+        // every value must arrive; readers park whenever they catch up.
+        while ACK.iter().any(|a| v - a.load(Ordering::SeqCst) >= 60) {
+            std::thread::yield_now();
+        }
+        REC.write(v);
+    }
+    for h in readers {
+        let got = h.join().unwrap();
+        assert_eq!(got, (0..N).collect::<Vec<_>>());
+    }
+}

@@ -1,0 +1,37 @@
+//! Atomic and cell shim: portable-atomic normally, loom under `--cfg loom`.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::AtomicU32;
+#[cfg(not(loom))]
+pub(crate) use portable_atomic::AtomicU32;
+
+pub(crate) use core::sync::atomic::Ordering;
+
+/// An `UnsafeCell` with loom's closure-based access API on every build, so
+/// the model checker sees each access.
+#[derive(Debug)]
+pub(crate) struct UnsafeCell<T>(
+    #[cfg(not(loom))] core::cell::UnsafeCell<T>,
+    #[cfg(loom)] loom::cell::UnsafeCell<T>,
+);
+
+impl<T> UnsafeCell<T> {
+    #[cfg(not(loom))]
+    pub(crate) const fn new(v: T) -> Self {
+        Self(core::cell::UnsafeCell::new(v))
+    }
+    #[cfg(loom)]
+    pub(crate) fn new(v: T) -> Self {
+        Self(loom::cell::UnsafeCell::new(v))
+    }
+
+    /// Runs `f` with a raw mutable pointer to the contents.
+    #[cfg(not(loom))]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+    #[cfg(loom)]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        self.0.with_mut(f)
+    }
+}
