@@ -1,4 +1,0 @@
-//! inbound
-#![forbid(unsafe_code)]
-/// x
-pub struct Dispatch;

@@ -1,0 +1,132 @@
+//! Inbound links: what a matched frame is decoded by and written into.
+
+use core::fmt;
+use core::marker::PhantomData;
+
+use super::DispatchError;
+use crate::codec::{Decode, DecodeError};
+use crate::record::{KeyError, KeyedSink, Sink};
+
+/// Payload limit of a link unless set with `with_max_payload`.
+pub const DEFAULT_MAX_PAYLOAD: usize = 1024;
+
+/// The receiving end of an inbound route, type-erased so one table holds
+/// links to records of different types. Implemented by [`Link`] and
+/// [`KeyedLink`].
+pub trait Target {
+    /// Name of the record written (for diagnostics).
+    fn name(&self) -> &'static str;
+    /// Largest payload accepted, in bytes.
+    fn max_payload(&self) -> usize;
+    /// Decodes `payload` and writes it. `key` is the key level's text for a
+    /// keyed route, `None` otherwise. On error nothing is written.
+    fn deliver(&self, key: Option<&str>, payload: &[u8]) -> Result<(), DispatchError>;
+}
+
+fn malformed(e: DecodeError) -> DispatchError {
+    DispatchError::MalformedPayload(e)
+}
+
+/// An inbound link into one record: a sink (usually a `Record`) and a
+/// decoder.
+pub struct Link<'r, S: ?Sized, D, T> {
+    sink: &'r S,
+    decoder: D,
+    max_payload: usize,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<'r, S: ?Sized, D, T> Link<'r, S, D, T> {
+    /// Decodes with `decoder` and writes into `sink`.
+    pub const fn new(sink: &'r S, decoder: D) -> Self {
+        Self {
+            sink,
+            decoder,
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            _t: PhantomData,
+        }
+    }
+
+    /// Sets the payload limit (larger payloads are rejected unread).
+    pub const fn with_max_payload(mut self, bytes: usize) -> Self {
+        self.max_payload = bytes;
+        self
+    }
+}
+
+impl<S: Sink<T> + ?Sized, D: Decode<T>, T> Target for Link<'_, S, D, T> {
+    fn name(&self) -> &'static str {
+        self.sink.name()
+    }
+    fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+    fn deliver(&self, _key: Option<&str>, payload: &[u8]) -> Result<(), DispatchError> {
+        let v = self.decoder.decode(payload).map_err(malformed)?;
+        self.sink.write(v);
+        Ok(())
+    }
+}
+
+/// An inbound link into a keyed table: the route's key level picks the slot.
+pub struct KeyedLink<'r, K: ?Sized, D, T> {
+    table: &'r K,
+    decoder: D,
+    max_payload: usize,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<'r, K: ?Sized, D, T> KeyedLink<'r, K, D, T> {
+    /// Decodes with `decoder` and writes into `table`'s slot for the key.
+    pub const fn new(table: &'r K, decoder: D) -> Self {
+        Self {
+            table,
+            decoder,
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            _t: PhantomData,
+        }
+    }
+
+    /// Sets the payload limit.
+    pub const fn with_max_payload(mut self, bytes: usize) -> Self {
+        self.max_payload = bytes;
+        self
+    }
+}
+
+impl<K: KeyedSink<T> + ?Sized, D: Decode<T>, T> Target for KeyedLink<'_, K, D, T> {
+    fn name(&self) -> &'static str {
+        self.table.name()
+    }
+    fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+    fn deliver(&self, key: Option<&str>, payload: &[u8]) -> Result<(), DispatchError> {
+        let key = key.ok_or(DispatchError::KeyInvalid)?;
+        if key.len() > crate::record::KEY_MAX_LEN {
+            return Err(DispatchError::KeyInvalid);
+        }
+        // Decode first: a malformed payload must not claim a key.
+        let v = self.decoder.decode(payload).map_err(malformed)?;
+        self.table.write_key(key, v).map_err(|e| match e {
+            KeyError::Full => DispatchError::KeyTableFull,
+            _ => DispatchError::KeyInvalid,
+        })
+    }
+}
+
+impl<S: ?Sized, D, T> fmt::Debug for Link<'_, S, D, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Link")
+            .field("max_payload", &self.max_payload)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: ?Sized, D, T> fmt::Debug for KeyedLink<'_, K, D, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedLink")
+            .field("max_payload", &self.max_payload)
+            .finish_non_exhaustive()
+    }
+}
