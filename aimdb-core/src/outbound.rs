@@ -1,4 +1,0 @@
-//! outbound
-#![forbid(unsafe_code)]
-/// x
-pub struct Routes;

@@ -1,0 +1,296 @@
+//! Outbound links: a source (a record reader), a topic and an encoder.
+
+use core::fmt::{self, Write as _};
+use core::marker::PhantomData;
+use core::task::{Context, Poll};
+
+use crate::codec::{Encode, EncodeError};
+use crate::record::{RecvError, Source};
+use crate::topic::Topic;
+
+/// Where a route's topic comes from.
+pub trait TopicSpec<T> {
+    /// The fixed topic, for static topics.
+    fn fixed(&self) -> Option<&str>;
+    /// Writes the topic for `value` (written topics only).
+    fn write(&self, value: &T, out: &mut TopicWriter<'_>) -> fmt::Result;
+}
+
+/// A static topic: `&str` is fixed at link time.
+impl<T> TopicSpec<T> for &str {
+    fn fixed(&self) -> Option<&str> {
+        Some(self)
+    }
+    fn write(&self, _: &T, out: &mut TopicWriter<'_>) -> fmt::Result {
+        out.write_str(self)
+    }
+}
+
+/// A topic written per value, e.g. `sensors/{id}/temp`:
+/// `Written(|v: &Reading, w| write!(w, "sensors/{}/temp", v.id))`.
+/// The result must be a valid topic name of at most the topic scratch's
+/// length; a longer one is an error, never a truncation.
+#[derive(Debug, Clone, Copy)]
+pub struct Written<F>(pub F);
+
+impl<T, F: Fn(&T, &mut TopicWriter<'_>) -> fmt::Result> TopicSpec<T> for Written<F> {
+    fn fixed(&self) -> Option<&str> {
+        None
+    }
+    fn write(&self, value: &T, out: &mut TopicWriter<'_>) -> fmt::Result {
+        (self.0)(value, out)
+    }
+}
+
+/// `core::fmt::Write` into the connector's topic scratch; fails instead of
+/// truncating.
+#[derive(Debug)]
+pub struct TopicWriter<'s> {
+    buf: &'s mut [u8],
+    len: usize,
+}
+
+impl<'s> TopicWriter<'s> {
+    pub(crate) fn new(buf: &'s mut [u8]) -> Self {
+        Self { buf, len: 0 }
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl fmt::Write for TopicWriter<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len + s.len();
+        let dst = self.buf.get_mut(self.len..end).ok_or(fmt::Error)?;
+        dst.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// Encoder kind marker: encode into the connector's shared scratch (no
+/// allocation).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Borrowed;
+
+/// Encoder kind marker: encode into a fresh `Vec<u8>` (one allocation per
+/// message; feature `alloc`).
+#[cfg(feature = "alloc")]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Owned;
+
+/// How an encoder kind produces a payload.
+pub trait EncodeKind<T, E> {
+    /// Encodes `value`.
+    fn encode(enc: &E, value: &T, out: &mut Out<'_>) -> Result<Payload, EncodeError>;
+}
+
+impl<T, E: Encode<T>> EncodeKind<T, E> for Borrowed {
+    fn encode(enc: &E, value: &T, out: &mut Out<'_>) -> Result<Payload, EncodeError> {
+        enc.encode(value, out.payload).map(Payload::Scratch)
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl<T, E: crate::codec::EncodeOwned<T>> EncodeKind<T, E> for Owned {
+    fn encode(enc: &E, value: &T, out: &mut Out<'_>) -> Result<Payload, EncodeError> {
+        *out.owned = enc.encode_owned(value)?;
+        Ok(Payload::Owned)
+    }
+}
+
+/// The connector-wide buffers a route writes into.
+#[derive(Debug)]
+pub struct Out<'s> {
+    pub(crate) topic: &'s mut [u8],
+    pub(crate) payload: &'s mut [u8],
+    #[cfg(feature = "alloc")]
+    pub(crate) owned: &'s mut alloc::vec::Vec<u8>,
+}
+
+/// Where a produced payload is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload {
+    /// The first `n` bytes of the shared scratch.
+    Scratch(usize),
+    /// The owned buffer.
+    Owned,
+}
+
+/// What one successful poll of a route produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Produced {
+    /// `Some(n)`: the topic is the first `n` bytes of the topic scratch;
+    /// `None`: the route's fixed topic.
+    pub topic_len: Option<usize>,
+    /// The payload.
+    pub payload: Payload,
+    /// Values lost to `Ring` lag just before this one.
+    pub lagged: u64,
+}
+
+/// A route's value was skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RouteError {
+    /// The encoder failed (e.g. scratch too small).
+    Encode(EncodeError),
+    /// The written topic does not fit the topic scratch.
+    TopicTooLong,
+    /// The written topic is not a valid topic name.
+    TopicInvalid,
+}
+
+impl fmt::Display for RouteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Encode(e) => write!(f, "encode failed: {e}"),
+            Self::TopicTooLong => f.write_str("written topic exceeds the topic scratch"),
+            Self::TopicInvalid => f.write_str("written topic is not a valid topic name"),
+        }
+    }
+}
+impl core::error::Error for RouteError {}
+
+/// One outbound route, type-erased so one table holds routes of different
+/// record types. Implemented by [`Link`].
+pub trait Route {
+    /// The record's name.
+    fn name(&self) -> &'static str;
+    /// The fixed topic, if the topic is static.
+    fn fixed_topic(&self) -> Option<&str>;
+    /// Takes the next value and encodes it; `Pending` registers `cx`'s waker
+    /// with the source. A `RouteError` means the value was skipped.
+    fn poll_produce(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut Out<'_>,
+    ) -> Poll<Result<Produced, RouteError>>;
+    /// Values skipped by errors on this route.
+    fn errors(&self) -> u32;
+}
+
+/// An outbound link: source `S` (a [`crate::record::Reader`]), topic `Tp`
+/// (`&str` or [`Written`]), encoder `E` of kind `K` ([`Borrowed`] or
+/// `Owned`).
+pub struct Link<S, Tp, E, K = Borrowed> {
+    source: S,
+    topic: Tp,
+    encoder: E,
+    errors: u32,
+    _kind: PhantomData<K>,
+}
+
+impl<S, Tp, E> Link<S, Tp, E, Borrowed> {
+    /// A link that encodes into the connector's shared scratch.
+    pub const fn new(source: S, topic: Tp, encoder: E) -> Self {
+        Self {
+            source,
+            topic,
+            encoder,
+            errors: 0,
+            _kind: PhantomData,
+        }
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl<S, Tp, E> Link<S, Tp, E, Owned> {
+    /// A link whose encoder returns an owned `Vec<u8>` per message.
+    pub const fn owned(source: S, topic: Tp, encoder: E) -> Self {
+        Self {
+            source,
+            topic,
+            encoder,
+            errors: 0,
+            _kind: PhantomData,
+        }
+    }
+}
+
+impl<S, Tp, E, K> Link<S, Tp, E, K> {
+    /// The source.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+}
+
+impl<S, Tp, E, K> Route for Link<S, Tp, E, K>
+where
+    S: Source,
+    Tp: TopicSpec<S::Item>,
+    K: EncodeKind<S::Item, E>,
+{
+    fn name(&self) -> &'static str {
+        self.source.name()
+    }
+
+    fn fixed_topic(&self) -> Option<&str> {
+        self.topic.fixed()
+    }
+
+    fn poll_produce(
+        &mut self,
+        cx: &mut Context<'_>,
+        out: &mut Out<'_>,
+    ) -> Poll<Result<Produced, RouteError>> {
+        let mut lagged = 0u64;
+        let value = loop {
+            match self.source.poll_recv(cx) {
+                // A `Ring` reader always has a value right after `Lagged`
+                // (its cursor moved to the oldest value held), so no lag is
+                // dropped here.
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(RecvError::Lagged(n))) => lagged += n,
+                Poll::Ready(Ok(v)) => break v,
+            }
+        };
+        let r = self.produce(&value, out, lagged);
+        if r.is_err() {
+            self.errors = self.errors.wrapping_add(1);
+        }
+        Poll::Ready(r)
+    }
+
+    fn errors(&self) -> u32 {
+        self.errors
+    }
+}
+
+impl<S, Tp, E, K> Link<S, Tp, E, K>
+where
+    S: Source,
+    Tp: TopicSpec<S::Item>,
+    K: EncodeKind<S::Item, E>,
+{
+    fn produce(&self, value: &S::Item, out: &mut Out<'_>, lagged: u64) -> Result<Produced, RouteError> {
+        let topic_len = match self.topic.fixed() {
+            Some(_) => None,
+            None => {
+                let mut w = TopicWriter::new(out.topic);
+                self.topic
+                    .write(value, &mut w)
+                    .map_err(|_| RouteError::TopicTooLong)?;
+                let n = w.len();
+                let text = core::str::from_utf8(&out.topic[..n]).map_err(|_| RouteError::TopicInvalid)?;
+                Topic::new(text).map_err(|_| RouteError::TopicInvalid)?;
+                Some(n)
+            }
+        };
+        let payload = K::encode(&self.encoder, value, out).map_err(RouteError::Encode)?;
+        Ok(Produced {
+            topic_len,
+            payload,
+            lagged,
+        })
+    }
+}
+
+impl<S, Tp, E, K> fmt::Debug for Link<S, Tp, E, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Link")
+            .field("errors", &self.errors)
+            .finish_non_exhaustive()
+    }
+}

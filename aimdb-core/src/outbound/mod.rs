@@ -1,0 +1,377 @@
+//! `Routes`: records → transport.
+//!
+//! Each declared route (a record reader, a topic, an encoder) owns one bit
+//! of a [`Readiness`] bitmap. A record write wakes the route's waker, which
+//! sets the bit and wakes the transport's single waker: no task per route,
+//! no allocation per wake. The transport task awaits [`Routes::next`], which
+//!
+//! 1. takes ready bits (one atomic swap per 32 routes, found through a
+//!    summary word, so the cost does not grow with the route count);
+//! 2. serves them round-robin from a rotating cursor, so an always-ready
+//!    route cannot starve the others;
+//! 3. drains the route's reader (`Ring`: every value still held, reporting
+//!    lag; `Latest`: the newest), resolves the topic (static, or written
+//!    into the topic scratch), encodes into the payload scratch shared by the
+//!    whole connector;
+//! 4. returns a borrowed [`Message`]: route index, topic, payload.
+//!
+//! When nothing is ready it registers the transport waker *before*
+//! re-checking the bitmap, so a write that races with the park is never
+//! lost (checked by the loom model in `tests/loom_outbound.rs`).
+//!
+//! Encode and topic failures skip that one value, are counted per route and
+//! in [`Stats`], and never stall other routes.
+//!
+//! Memory: two bytes of tag and one bit per route in the [`Readiness`], one
+//! fat pointer per route here, plus the link itself (its reader, topic and
+//! an error counter); the encode and topic scratches are one per connector.
+//!
+//! ```
+//! use aimdb_core::codec::Postcard;
+//! use aimdb_core::outbound::{Link, Routes};
+//! use aimdb_core::record::{Latest, Record};
+//! use aimdb_core::sync::Readiness;
+//! use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
+//!
+//! static TEMP: Record<CriticalSectionRawMutex, Latest<i16>, 1> = Record::new("temp");
+//! static READY: Readiness<1> = Readiness::new();
+//!
+//! let mut link = Link::new(TEMP.subscribe().unwrap(), "sensors/temp", Postcard);
+//! let (mut payload, mut topic) = ([0u8; 32], [0u8; 64]);
+//! let mut b = Routes::<_, 1, 4>::builder(&READY, &mut payload, &mut topic);
+//! b.link(&mut link);
+//! let mut routes = b.build().unwrap();
+//!
+//! TEMP.write(215);
+//! let m = futures::executor::block_on(routes.next());
+//! assert_eq!((m.route, m.topic, m.payload), (0, "sensors/temp", &[0xae, 0x03][..]));
+//! ```
+#![forbid(unsafe_code)]
+
+mod link;
+#[cfg(test)]
+mod tests;
+
+use core::fmt;
+use core::future::poll_fn;
+use core::task::{Context, Poll};
+
+pub use link::{
+    Borrowed, EncodeKind, Link, Out, Payload, Produced, Route, RouteError, TopicSpec, TopicWriter,
+    Written,
+};
+#[cfg(feature = "alloc")]
+pub use link::Owned;
+
+use crate::sync::{Pending, Readiness, ReadinessHandle};
+use crate::topic::{Topic, TopicError};
+
+/// One message pulled from the routes, borrowed until the next pull.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Message<'m> {
+    /// Index of the route (declaration order).
+    pub route: usize,
+    /// The topic.
+    pub topic: &'m str,
+    /// The encoded payload.
+    pub payload: &'m [u8],
+    /// Values this route lost to `Ring` lag just before this one.
+    pub lagged: u64,
+}
+
+/// Counters over all routes. Per-route error counts are on each
+/// [`Route::errors`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Messages returned by `next`.
+    pub sent: u32,
+    /// Values skipped because encoding failed.
+    pub encode_errors: u32,
+    /// Values skipped because the written topic was too long.
+    pub topic_too_long: u32,
+    /// Values skipped because the written topic was invalid.
+    pub topic_invalid: u32,
+    /// Values lost to `Ring` lag.
+    pub lagged: u64,
+}
+
+/// A configuration mistake found while building.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A static topic is not a valid topic name.
+    InvalidTopic(TopicError),
+    /// More routes than `N` or than the bitmap's `32 * W`.
+    TooManyRoutes,
+}
+
+/// One configuration mistake: which link (declaration order) and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigIssue {
+    /// Index of the `link` call.
+    pub index: usize,
+    /// What is wrong.
+    pub error: ConfigError,
+}
+
+/// Every configuration mistake of a build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors {
+    /// The first 16 issues.
+    pub issues: heapless::Vec<ConfigIssue, 16>,
+    /// How many there were in all.
+    pub total: usize,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} outbound configuration error(s)", self.total)?;
+        for i in &self.issues {
+            write!(f, "; link {}: {:?}", i.index, i.error)?;
+        }
+        Ok(())
+    }
+}
+impl core::error::Error for ConfigErrors {}
+
+/// Outbound routes for up to `N` routes over a `Readiness<W>` reached
+/// through handle `H` (`&'static Readiness<W>` or `Arc<Readiness<W>>`).
+pub struct Routes<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> {
+    ready: H,
+    pending: Pending<W>,
+    routes: heapless::Vec<&'a mut dyn Route, N>,
+    payload: &'a mut [u8],
+    topic: &'a mut [u8],
+    #[cfg(feature = "alloc")]
+    owned: alloc::vec::Vec<u8>,
+    current: Option<(usize, Produced)>,
+    stats: Stats,
+}
+
+/// Declares the links of a [`Routes`]; see [`Routes::builder`].
+pub struct Builder<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> {
+    routes: Routes<'a, H, W, N>,
+    calls: usize,
+    errors: ConfigErrors,
+}
+
+impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Routes<'a, H, W, N> {
+    /// Starts declaring routes. `payload` is the encode scratch and `topic`
+    /// the topic scratch, both shared by every route of this connector.
+    pub fn builder(ready: H, payload: &'a mut [u8], topic: &'a mut [u8]) -> Builder<'a, H, W, N> {
+        Builder {
+            routes: Routes {
+                ready,
+                pending: Pending::new(),
+                routes: heapless::Vec::new(),
+                payload,
+                topic,
+                #[cfg(feature = "alloc")]
+                owned: alloc::vec::Vec::new(),
+                current: None,
+                stats: Stats::default(),
+            },
+            calls: 0,
+            errors: ConfigErrors {
+                issues: heapless::Vec::new(),
+                total: 0,
+            },
+        }
+    }
+
+    /// Waits for the next message.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a value is taken from its record only in the poll that
+    /// returns it, so dropping the future before completion loses nothing.
+    pub async fn next(&mut self) -> Message<'_> {
+        poll_fn(|cx| self.poll_ready(cx)).await;
+        self.current_message()
+    }
+
+    /// Poll-style [`Self::next`].
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Message<'_>> {
+        match self.poll_ready(cx) {
+            Poll::Ready(()) => Poll::Ready(self.current_message()),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// The message produced by the last successful poll, again (for a
+    /// transport whose write failed and that wants to retry it).
+    pub fn last(&self) -> Option<Message<'_>> {
+        self.current.map(|_| self.current_message())
+    }
+
+    /// Marks every route ready, so each is polled again: `Latest` routes
+    /// re-deliver nothing they already delivered, but a route whose waker
+    /// was lost (or a transport that restarted) gets looked at.
+    pub fn mark_all(&mut self) {
+        for i in 0..self.routes.len() {
+            self.pending.set(i);
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Number of routes.
+    pub fn len(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// Whether there are no routes.
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+
+    /// Route `i` (for its name and error count).
+    pub fn route(&self, i: usize) -> Option<&dyn Route> {
+        self.routes.get(i).map(|r| &**r)
+    }
+
+    /// The readiness bitmap.
+    pub fn readiness(&self) -> &Readiness<W> {
+        self.ready.readiness()
+    }
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.current = None;
+        loop {
+            let Some(i) = self.pending.pop() else {
+                let ready = self.ready.readiness();
+                if self.pending.absorb(ready) {
+                    continue;
+                }
+                // Register first, then look again: a mark that lands after
+                // this second look finds our waker in the slot.
+                ready.register_transport(cx.waker());
+                if self.pending.absorb(ready) {
+                    continue;
+                }
+                return Poll::Pending;
+            };
+            let Some(route) = self.routes.get_mut(i) else {
+                continue;
+            };
+            let waker = self.ready.route_waker(i);
+            let mut rcx = Context::from_waker(&waker);
+            let mut out = Out {
+                topic: self.topic,
+                payload: self.payload,
+                #[cfg(feature = "alloc")]
+                owned: &mut self.owned,
+            };
+            match route.poll_produce(&mut rcx, &mut out) {
+                // The reader registered the route waker.
+                Poll::Pending => continue,
+                Poll::Ready(r) => {
+                    // The reader may hold more (a `Ring` burst): look again
+                    // after the other ready routes had their turn.
+                    self.pending.set(i);
+                    match r {
+                        Ok(p) => {
+                            self.stats.sent = self.stats.sent.wrapping_add(1);
+                            self.stats.lagged += p.lagged;
+                            self.current = Some((i, p));
+                            return Poll::Ready(());
+                        }
+                        Err(e) => self.count(e),
+                    }
+                }
+            }
+        }
+    }
+
+    fn count(&mut self, e: RouteError) {
+        let c = match e {
+            RouteError::Encode(_) => &mut self.stats.encode_errors,
+            RouteError::TopicTooLong => &mut self.stats.topic_too_long,
+            RouteError::TopicInvalid => &mut self.stats.topic_invalid,
+        };
+        *c = c.wrapping_add(1);
+    }
+
+    fn current_message(&self) -> Message<'_> {
+        let Some((i, p)) = self.current else {
+            return Message {
+                route: usize::MAX,
+                topic: "",
+                payload: &[],
+                lagged: 0,
+            };
+        };
+        let topic = match p.topic_len {
+            None => self.routes[i].fixed_topic().unwrap_or(""),
+            // The route validated these bytes as a topic before returning.
+            Some(n) => core::str::from_utf8(&self.topic[..n]).unwrap_or(""),
+        };
+        let payload: &[u8] = match p.payload {
+            Payload::Scratch(n) => &self.payload[..n],
+            #[cfg(feature = "alloc")]
+            Payload::Owned => &self.owned,
+            #[cfg(not(feature = "alloc"))]
+            Payload::Owned => &[],
+        };
+        Message {
+            route: i,
+            topic,
+            payload,
+            lagged: p.lagged,
+        }
+    }
+}
+
+impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Builder<'a, H, W, N> {
+    /// Adds a route; its index is the number of routes added before it.
+    pub fn link(&mut self, route: &'a mut dyn Route) -> &mut Self {
+        let index = self.calls;
+        self.calls += 1;
+        let err = if let Some(Err(e)) = route.fixed_topic().map(Topic::new) {
+            Some(ConfigError::InvalidTopic(e))
+        } else if self.routes.routes.len() >= Readiness::<W>::CAPACITY {
+            Some(ConfigError::TooManyRoutes)
+        } else {
+            self.routes.routes.push(route).err().map(|_| ConfigError::TooManyRoutes)
+        };
+        if let Some(error) = err {
+            self.errors.total += 1;
+            let _ = self.errors.issues.push(ConfigIssue { index, error });
+        }
+        self
+    }
+
+    /// Finishes: the routes, or every configuration error at once. Every
+    /// route starts marked ready, so values written before the build (and a
+    /// `Latest` record's current value) are delivered.
+    pub fn build(self) -> Result<Routes<'a, H, W, N>, ConfigErrors> {
+        if self.errors.total > 0 {
+            return Err(self.errors);
+        }
+        let mut r = self.routes;
+        r.mark_all();
+        Ok(r)
+    }
+}
+
+impl<H: ReadinessHandle<W>, const W: usize, const N: usize> fmt::Debug for Routes<'_, H, W, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Routes")
+            .field("routes", &self.routes.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H: ReadinessHandle<W>, const W: usize, const N: usize> fmt::Debug for Builder<'_, H, W, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("routes", &self.routes.routes.len())
+            .field("errors", &self.errors.total)
+            .finish()
+    }
+}

@@ -1,0 +1,360 @@
+use core::future::Future;
+use std::boxed::Box;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::vec::Vec;
+
+use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+
+use super::*;
+use crate::codec::{EncodeError, Postcard};
+use crate::record::{Latest, Mailbox, Record, Ring};
+
+fn leak<T>(v: T) -> &'static T {
+    Box::leak(Box::new(v))
+}
+
+struct CountWake(AtomicUsize);
+impl Wake for CountWake {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn poll<'r, H: ReadinessHandle<W>, const W: usize, const N: usize>(
+    r: &'r mut Routes<'_, H, W, N>,
+    w: &Waker,
+) -> Option<(usize, std::string::String, Vec<u8>, u64)> {
+    match r.poll_next(&mut Context::from_waker(w)) {
+        Poll::Ready(m) => Some((m.route, m.topic.into(), m.payload.to_vec(), m.lagged)),
+        Poll::Pending => None,
+    }
+}
+
+#[test]
+fn static_topic_message_then_park_then_wake() {
+    let rec: &'static Record<Cs, Latest<u16>, 1> = leak(Record::new("temp"));
+    let ready: &'static Readiness<1> = leak(Readiness::new());
+    let mut link = Link::new(rec.subscribe().unwrap(), "sensors/temp", Postcard);
+    let (mut p, mut t) = ([0u8; 16], [0u8; 16]);
+    let mut b = Routes::<_, 1, 4>::builder(ready, &mut p, &mut t);
+    b.link(&mut link);
+    let mut routes = b.build().unwrap();
+    let count = Arc::new(CountWake(AtomicUsize::new(0)));
+    let w = Waker::from(count.clone());
+    assert_eq!(poll(&mut routes, &w), None, "nothing written yet");
+    rec.write(300);
+    assert_eq!(count.0.load(Ordering::SeqCst), 1, "write woke the parked transport");
+    assert_eq!(
+        poll(&mut routes, &w),
+        Some((0, "sensors/temp".into(), std::vec![0xac, 0x02], 0))
+    );
+    assert_eq!(poll(&mut routes, &w), None);
+    assert_eq!(routes.stats().sent, 1);
+}
+
+#[derive(Clone, serde::Serialize)]
+struct Reading {
+    id: u8,
+    v: u16,
+}
+
+#[test]
+fn written_topic_and_its_errors() {
+    let rec: &'static Record<Cs, Ring<Reading, 8>, 1> = leak(Record::new("readings"));
+    let ready: &'static Readiness<1> = leak(Readiness::new());
+    let topic = Written(|r: &Reading, w: &mut TopicWriter<'_>| {
+        use core::fmt::Write;
+        match r.id {
+            0 => write!(w, "bad/+/{}", r.id),
+            _ => write!(w, "sensors/{}/temp", r.id),
+        }
+    });
+    let mut link = Link::new(rec.subscribe().unwrap(), topic, Postcard);
+    let (mut p, mut t) = ([0u8; 16], [0u8; 16]);
+    let mut b = Routes::<_, 1, 4>::builder(ready, &mut p, &mut t);
+    b.link(&mut link);
+    let mut routes = b.build().unwrap();
+    let w = Waker::noop();
+    rec.write(Reading { id: 7, v: 1 });
+    rec.write(Reading { id: 0, v: 2 }); // wildcard in the written topic
+    rec.write(Reading { id: 200, v: 3 }); // "sensors/200/temp" is 16 bytes: fits
+    rec.write(Reading { id: 1, v: 4 });
+    let got: Vec<_> = core::iter::from_fn(|| poll(&mut routes, w)).map(|m| m.1).collect();
+    assert_eq!(got, ["sensors/7/temp", "sensors/200/temp", "sensors/1/temp"]);
+    assert_eq!(routes.stats().topic_invalid, 1);
+    assert_eq!(routes.route(0).unwrap().errors(), 1);
+    // A topic longer than the scratch is an error, not a truncation.
+    let rec2: &'static Record<Cs, Latest<u32>, 1> = leak(Record::new("long"));
+    let long = Written(|v: &u32, w: &mut TopicWriter<'_>| {
+        use core::fmt::Write;
+        write!(w, "a/very/long/topic/{v}")
+    });
+    let mut link2 = Link::new(rec2.subscribe().unwrap(), long, Postcard);
+    let (mut p2, mut t2) = ([0u8; 16], [0u8; 8]);
+    let mut b = Routes::<_, 1, 4>::builder(leak(Readiness::<1>::new()), &mut p2, &mut t2);
+    b.link(&mut link2);
+    let mut routes2 = b.build().unwrap();
+    rec2.write(1);
+    assert_eq!(poll(&mut routes2, w), None);
+    assert_eq!(routes2.stats().topic_too_long, 1);
+}
+
+#[test]
+fn encode_error_skips_value_and_other_routes_continue() {
+    let big: &'static Record<Cs, Ring<[u8; 8], 4>, 1> = leak(Record::new("big"));
+    let small: &'static Record<Cs, Ring<u8, 4>, 1> = leak(Record::new("small"));
+    let ready: &'static Readiness<1> = leak(Readiness::new());
+    let mut l0 = Link::new(big.subscribe().unwrap(), "big", Postcard);
+    let mut l1 = Link::new(small.subscribe().unwrap(), "small", Postcard);
+    let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
+    let mut b = Routes::<_, 1, 4>::builder(ready, &mut p, &mut t);
+    b.link(&mut l0).link(&mut l1);
+    let mut routes = b.build().unwrap();
+    big.write([1; 8]); // 8 bytes into a 4-byte scratch
+    small.write(5);
+    big.write([2; 8]);
+    small.write(6);
+    let got: Vec<_> = core::iter::from_fn(|| poll(&mut routes, Waker::noop()))
+        .map(|m| (m.0, m.2))
+        .collect();
+    assert_eq!(got, [(1, std::vec![5]), (1, std::vec![6])]);
+    assert_eq!(routes.stats().encode_errors, 2);
+    assert_eq!(routes.route(0).unwrap().errors(), 2);
+    assert_eq!(routes.route(1).unwrap().errors(), 0);
+    let _ = EncodeError::BufferTooSmall;
+}
+
+#[test]
+fn ring_lag_is_reported_with_exact_count() {
+    let rec: &'static Record<Cs, Ring<u8, 4>, 1> = leak(Record::new("r"));
+    let mut link = Link::new(rec.subscribe().unwrap(), "r", Postcard);
+    let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
+    let mut b = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
+    b.link(&mut link);
+    let mut routes = b.build().unwrap();
+    for v in 0..10 {
+        rec.write(v);
+    }
+    let got: Vec<_> = core::iter::from_fn(|| poll(&mut routes, Waker::noop()))
+        .map(|m| (m.2[0], m.3))
+        .collect();
+    assert_eq!(got, [(6, 6), (7, 0), (8, 0), (9, 0)]);
+    assert_eq!(routes.stats().lagged, 6);
+}
+
+#[test]
+fn round_robin_over_eight_always_ready_routes() {
+    let recs: &'static [Record<Cs, Ring<u32, 64>, 1>] =
+        Box::leak((0..8).map(|_| Record::new("r")).collect::<Vec<_>>().into_boxed_slice());
+    let mut links: Vec<_> = recs
+        .iter()
+        .map(|r| Link::new(r.subscribe().unwrap(), "t", Postcard))
+        .collect();
+    let (mut p, mut t) = ([0u8; 8], [0u8; 4]);
+    let mut b = Routes::<_, 1, 8>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
+    for l in &mut links {
+        b.link(l);
+    }
+    let mut routes = b.build().unwrap();
+    // Every route always has values; route 3 is hot (many more).
+    for (i, r) in recs.iter().enumerate() {
+        for v in 0..if i == 3 { 60 } else { 6 } {
+            r.write(v);
+        }
+    }
+    let order: Vec<usize> = (0..48)
+        .map(|_| poll(&mut routes, Waker::noop()).unwrap().0)
+        .collect();
+    for round in order.chunks(8) {
+        let mut sorted = round.to_vec();
+        sorted.sort();
+        assert_eq!(sorted, (0..8).collect::<Vec<_>>(), "each round serves every route once: {order:?}");
+    }
+    // Once the cold routes are drained, the hot one continues alone.
+    let rest: Vec<usize> = core::iter::from_fn(|| poll(&mut routes, Waker::noop()).map(|m| m.0)).collect();
+    assert_eq!(rest, std::vec![3; 54]);
+}
+
+#[test]
+fn hot_route_delays_cold_route_by_at_most_one_round() {
+    let hot: &'static Record<Cs, Ring<u32, 1024>, 1> = leak(Record::new("hot"));
+    let cold: &'static Record<Cs, Latest<u32>, 1> = leak(Record::new("cold"));
+    let mut lh = Link::new(hot.subscribe().unwrap(), "hot", Postcard);
+    let mut lc = Link::new(cold.subscribe().unwrap(), "cold", Postcard);
+    let (mut p, mut t) = ([0u8; 8], [0u8; 4]);
+    let mut b = Routes::<_, 1, 2>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
+    b.link(&mut lh).link(&mut lc);
+    let mut routes = b.build().unwrap();
+    for v in 0..1000 {
+        hot.write(v);
+    }
+    for k in 0..20 {
+        cold.write(k);
+        // The cold value must come out within two pulls (one hot message
+        // at most before it).
+        let a = poll(&mut routes, Waker::noop()).unwrap().0;
+        let b = poll(&mut routes, Waker::noop()).unwrap().0;
+        assert!(a == 1 || b == 1, "cold route starved at round {k}");
+    }
+}
+
+#[test]
+fn mailbox_route_takes_each_command_once() {
+    let rec: &'static Record<Cs, Mailbox<u8>, 2> = leak(Record::new("cmd"));
+    let mut link = Link::new(rec.subscribe().unwrap(), "cmd", Postcard);
+    let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
+    let mut b = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
+    b.link(&mut link);
+    let mut routes = b.build().unwrap();
+    rec.write(1);
+    rec.write(2);
+    assert_eq!(poll(&mut routes, Waker::noop()).map(|m| m.2), Some(std::vec![2]));
+    assert_eq!(poll(&mut routes, Waker::noop()), None);
+}
+
+#[test]
+fn pull_parks_and_is_woken_by_another_task() {
+    let rec: &'static Record<Cs, Ring<u32, 4>, 1> = leak(Record::new("r"));
+    let mut link = Link::new(rec.subscribe().unwrap(), "r", Postcard);
+    let (mut p, mut t) = ([0u8; 8], [0u8; 4]);
+    let mut b = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
+    b.link(&mut link);
+    let mut routes = b.build().unwrap();
+    let consumer = async {
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            got.push(routes.next().await.payload[0]);
+        }
+        got
+    };
+    let producer = async {
+        for v in 0..100u32 {
+            rec.write(v);
+            // Yield so the consumer parks between writes.
+            let mut yielded = false;
+            poll_fn(|cx| {
+                if yielded {
+                    Poll::Ready(())
+                } else {
+                    yielded = true;
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+            })
+            .await;
+        }
+    };
+    let (got, ()) = futures::executor::block_on(futures::future::join(consumer, producer));
+    assert_eq!(got, (0..100).collect::<Vec<u8>>());
+}
+
+#[test]
+fn pull_parks_and_is_woken_by_another_thread() {
+    static REC: Record<Cs, Ring<u32, 1024>, 1> = Record::new("r");
+    static READY: Readiness<4> = Readiness::new();
+    let mut link = Link::new(REC.subscribe().unwrap(), "r", Postcard);
+    let (mut p, mut t) = ([0u8; 8], [0u8; 4]);
+    let mut b = Routes::<_, 4, 1>::builder(&READY, &mut p, &mut t);
+    b.link(&mut link);
+    let mut routes = b.build().unwrap();
+    let writer = std::thread::spawn(|| {
+        for v in 0..1000u32 {
+            REC.write(v);
+            if v % 7 == 0 {
+                std::thread::yield_now();
+            }
+        }
+    });
+    let mut got = Vec::new();
+    while got.len() < 1000 {
+        let m = futures::executor::block_on(routes.next());
+        let v: u32 = crate::codec::Decode::decode(&Postcard, m.payload).unwrap();
+        got.push(v);
+    }
+    writer.join().unwrap();
+    assert_eq!(got, (0..1000).collect::<Vec<_>>());
+}
+
+#[test]
+fn dropping_a_pending_next_loses_nothing() {
+    let rec: &'static Record<Cs, Ring<u8, 4>, 1> = leak(Record::new("r"));
+    let mut link = Link::new(rec.subscribe().unwrap(), "r", Postcard);
+    let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
+    let mut b = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
+    b.link(&mut link);
+    let mut routes = b.build().unwrap();
+    {
+        let fut = routes.next();
+        let mut fut = core::pin::pin!(fut);
+        assert!(fut.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+    }
+    rec.write(9);
+    assert_eq!(poll(&mut routes, Waker::noop()).map(|m| m.2), Some(std::vec![9]));
+}
+
+#[test]
+fn configuration_errors_are_all_reported() {
+    let rec: &'static Record<Cs, Latest<u8>, 4> = leak(Record::new("x"));
+    let mut l: Vec<_> = ["ok", "bad/+", "", "ok2"]
+        .into_iter()
+        .map(|t| Link::new(rec.subscribe().unwrap(), t, Postcard))
+        .collect();
+    let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
+    let mut b = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
+    for x in &mut l {
+        b.link(x);
+    }
+    let e = b.build().unwrap_err();
+    let got: Vec<_> = e.issues.iter().map(|i| (i.index, i.error)).collect();
+    assert_eq!(
+        got,
+        [
+            (1, ConfigError::InvalidTopic(TopicError::WildcardInName)),
+            (2, ConfigError::InvalidTopic(TopicError::Empty)),
+            (3, ConfigError::TooManyRoutes),
+        ]
+    );
+}
+
+#[cfg(feature = "alloc")]
+#[test]
+fn owned_encoder_and_arc_handle() {
+    let rec: &'static Record<Cs, Latest<u16>, 1> = leak(Record::new("o"));
+    let ready = Arc::new(Readiness::<1>::new());
+    let mut link = Link::owned(rec.subscribe().unwrap(), "o", Postcard);
+    let (mut p, mut t) = ([0u8; 1], [0u8; 1]);
+    let mut b = Routes::<_, 1, 1>::builder(ready.clone(), &mut p, &mut t);
+    b.link(&mut link);
+    let mut routes = b.build().unwrap();
+    rec.write(1000);
+    assert_eq!(poll(&mut routes, Waker::noop()).map(|m| m.2), Some(std::vec![0xe8, 0x07]));
+    assert_eq!(poll(&mut routes, Waker::noop()), None);
+    drop(routes);
+    drop(link);
+    assert_eq!(Arc::strong_count(&ready), 1, "route wakers released the Arc");
+}
+
+#[test]
+fn many_routes_one_busy() {
+    let recs: &'static [Record<Cs, Latest<u32>, 1>] =
+        Box::leak((0..4096).map(|_| Record::new("r")).collect::<Vec<_>>().into_boxed_slice());
+    let mut links: Vec<_> = recs
+        .iter()
+        .map(|r| Link::new(r.subscribe().unwrap(), "t", Postcard))
+        .collect();
+    let ready: &'static Readiness<128> = leak(Readiness::new());
+    let (mut p, mut t) = ([0u8; 8], [0u8; 4]);
+    let mut b = Routes::<_, 128, 4096>::builder(ready, &mut p, &mut t);
+    for l in &mut links {
+        b.link(l);
+    }
+    let mut routes = Box::new(b.build().unwrap());
+    assert_eq!(poll(&mut routes, Waker::noop()), None);
+    for k in [4095usize, 0, 2000, 31, 32, 1024] {
+        recs[k].write(k as u32);
+        assert_eq!(poll(&mut routes, Waker::noop()).map(|m| m.0), Some(k));
+        assert_eq!(poll(&mut routes, Waker::noop()), None);
+    }
+}
