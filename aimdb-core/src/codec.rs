@@ -174,7 +174,10 @@ mod tests {
 
     #[test]
     fn postcard_roundtrip_and_errors() {
-        let r = Reading { id: 7, celsius: 21.5 };
+        let r = Reading {
+            id: 7,
+            celsius: 21.5,
+        };
         let mut buf = [0u8; 16];
         let n = Postcard.encode(&r, &mut buf).unwrap();
         let back: Reading = Postcard.decode(&buf[..n]).unwrap();
@@ -203,16 +206,31 @@ mod tests {
     #[cfg(feature = "json")]
     #[test]
     fn json_roundtrip_and_errors() {
-        let r = Reading { id: 7, celsius: 21.5 };
+        let r = Reading {
+            id: 7,
+            celsius: 21.5,
+        };
         let mut buf = [0u8; 64];
         let n = Json.encode(&r, &mut buf).unwrap();
         assert_eq!(&buf[..n], br#"{"id":7,"celsius":21.5}"#);
         assert_eq!(Json.decode(&buf[..n]), Ok(r));
         assert_eq!(
-            Json.encode(&Reading { id: 1, celsius: 0.0 }, &mut buf[..4]),
+            Json.encode(
+                &Reading {
+                    id: 1,
+                    celsius: 0.0
+                },
+                &mut buf[..4]
+            ),
             Err(EncodeError::BufferTooSmall)
         );
-        assert_eq!(Decode::<Reading>::decode(&Json, b"{\"id\":"), Err(DecodeError::Truncated));
-        assert_eq!(Decode::<Reading>::decode(&Json, b"[1,2,x]"), Err(DecodeError::Malformed));
+        assert_eq!(
+            Decode::<Reading>::decode(&Json, b"{\"id\":"),
+            Err(DecodeError::Truncated)
+        );
+        assert_eq!(
+            Decode::<Reading>::decode(&Json, b"[1,2,x]"),
+            Err(DecodeError::Malformed)
+        );
     }
 }

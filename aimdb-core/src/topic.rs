@@ -219,7 +219,10 @@ mod tests {
         // §4.7.1.2 multi-level wildcard
         assert!(m("sport/tennis/player1/#", "sport/tennis/player1"));
         assert!(m("sport/tennis/player1/#", "sport/tennis/player1/ranking"));
-        assert!(m("sport/tennis/player1/#", "sport/tennis/player1/score/wimbledon"));
+        assert!(m(
+            "sport/tennis/player1/#",
+            "sport/tennis/player1/score/wimbledon"
+        ));
         assert!(!m("sport/tennis/player1/#", "sport/tennis/player2"));
         assert!(m("sport/#", "sport"));
         assert!(m("#", "sport/tennis"));

@@ -420,11 +420,19 @@ impl<'a, const N: usize, const NODES: usize> Builder<'a, N, NODES> {
 
     /// Links a keyed filter: level `key_level` (counting from 0) must be
     /// `+`; its text in each topic is the key passed to `target`.
-    pub fn link_keyed(&mut self, filter: &'a str, key_level: usize, target: &'a dyn Target) -> &mut Self {
+    pub fn link_keyed(
+        &mut self,
+        filter: &'a str,
+        key_level: usize,
+        target: &'a dyn Target,
+    ) -> &mut Self {
         self.add(filter, target, Some(key_level))
     }
 
     /// Finishes: the table, or every configuration error at once.
+    // Built once at start-up and `no_std` has no `Box`: the large error
+    // (every issue, by value) is the point.
+    #[allow(clippy::result_large_err)]
     pub fn build(self) -> Result<Dispatch<'a, N, NODES>, ConfigErrors<'a>> {
         if self.errors.total == 0 {
             Ok(self.table)
@@ -438,7 +446,11 @@ impl<'a, const N: usize, const NODES: usize> Builder<'a, N, NODES> {
         self.calls += 1;
         if let Err(error) = self.try_add(filter, target, key) {
             self.errors.total += 1;
-            let _ = self.errors.issues.push(ConfigIssue { index, filter, error });
+            let _ = self.errors.issues.push(ConfigIssue {
+                index,
+                filter,
+                error,
+            });
         }
         self
     }

@@ -28,7 +28,10 @@ fn exact_routes_deliver_and_unknown_is_counted() {
     assert_eq!(d.dispatch(b"dev/a", &enc(5)), Ok(1));
     assert_eq!(d.dispatch(b"dev/b", &enc(6)), Ok(1));
     assert_eq!((ra.try_recv(), rb.try_recv()), (Ok(5), Ok(6)));
-    assert_eq!(d.dispatch(b"dev/c", &enc(7)), Err(DispatchError::UnknownTopic));
+    assert_eq!(
+        d.dispatch(b"dev/c", &enc(7)),
+        Err(DispatchError::UnknownTopic)
+    );
     assert_eq!(d.stats().unknown_topic, 1);
     assert_eq!(d.stats().delivered, 2);
     assert_eq!(d.filters().collect::<Vec<_>>(), ["dev/a", "dev/b"]);
@@ -56,7 +59,13 @@ fn many_exact_routes_each_reach_their_record() {
 #[test]
 fn overlapping_patterns_all_receive_like_a_broker() {
     let recs: Vec<Rec<u32>> = (0..5).map(|_| Record::new("r")).collect();
-    let filters = ["sensors/+/temp", "sensors/#", "#", "sensors/kitchen/temp", "+/+/hum"];
+    let filters = [
+        "sensors/+/temp",
+        "sensors/#",
+        "#",
+        "sensors/kitchen/temp",
+        "+/+/hum",
+    ];
     let links: Vec<_> = recs.iter().map(|r| Link::new(r, Postcard)).collect();
     let mut bld = Dispatch::<8, 16>::builder();
     for (f, l) in filters.iter().zip(&links) {
@@ -67,7 +76,11 @@ fn overlapping_patterns_all_receive_like_a_broker() {
     assert_eq!(d.dispatch(b"sensors/kitchen/temp", &enc(1)), Ok(4));
     let got: Vec<_> = rs.iter_mut().map(|r| r.try_recv().ok()).collect();
     assert_eq!(got, [Some(1), Some(1), Some(1), Some(1), None]);
-    assert_eq!(d.dispatch(b"sensors", &enc(2)), Ok(2), "`sensors/#` matches its parent");
+    assert_eq!(
+        d.dispatch(b"sensors", &enc(2)),
+        Ok(2),
+        "`sensors/#` matches its parent"
+    );
     let got: Vec<_> = rs.iter_mut().map(|r| r.try_recv().ok()).collect();
     assert_eq!(got, [None, Some(2), Some(2), None, None]);
 }
@@ -83,7 +96,9 @@ fn system_topics_skip_leading_wildcards() {
         Link::new(&sys, Postcard),
     );
     let mut bld = Dispatch::<4, 16>::builder();
-    bld.link("#", &l1).link("+/monitor/Clients", &l2).link("$SYS/#", &l3);
+    bld.link("#", &l1)
+        .link("+/monitor/Clients", &l2)
+        .link("$SYS/#", &l3);
     let mut d = bld.build().unwrap();
     let (mut r1, mut r2, mut r3) = (
         all.subscribe().unwrap(),
@@ -106,8 +121,15 @@ fn keyed_routes_claim_slots_until_full() {
     let mut d = bld.build().unwrap();
     assert_eq!(d.dispatch(b"sensors/a/temp", &enc(1)), Ok(1));
     assert_eq!(d.dispatch(b"sensors/b/temp", &enc(2)), Ok(1));
-    assert_eq!(d.dispatch(b"sensors/a/temp", &enc(3)), Ok(1), "known key reuses its slot");
-    assert_eq!(d.dispatch(b"sensors/c/temp", &enc(4)), Err(DispatchError::KeyTableFull));
+    assert_eq!(
+        d.dispatch(b"sensors/a/temp", &enc(3)),
+        Ok(1),
+        "known key reuses its slot"
+    );
+    assert_eq!(
+        d.dispatch(b"sensors/c/temp", &enc(4)),
+        Err(DispatchError::KeyTableFull)
+    );
     assert_eq!(d.stats().key_table_full, 1);
     assert_eq!(table.len(), 2);
     let mut ra = table.get("a").unwrap().subscribe().unwrap();
@@ -115,9 +137,18 @@ fn keyed_routes_claim_slots_until_full() {
     assert!(table.get("c").is_none());
     // Still delivering after the rejection.
     assert_eq!(d.dispatch(b"sensors/b/temp", &enc(5)), Ok(1));
-    let long = std::format!("sensors/{}/temp", "k".repeat(crate::record::KEY_MAX_LEN + 1));
-    assert_eq!(d.dispatch(long.as_bytes(), &enc(1)), Err(DispatchError::KeyInvalid));
-    assert_eq!(d.dispatch(b"sensors//temp", &enc(1)), Err(DispatchError::KeyInvalid));
+    let long = std::format!(
+        "sensors/{}/temp",
+        "k".repeat(crate::record::KEY_MAX_LEN + 1)
+    );
+    assert_eq!(
+        d.dispatch(long.as_bytes(), &enc(1)),
+        Err(DispatchError::KeyInvalid)
+    );
+    assert_eq!(
+        d.dispatch(b"sensors//temp", &enc(1)),
+        Err(DispatchError::KeyInvalid)
+    );
     assert_eq!(d.stats().key_invalid, 2);
 }
 
@@ -159,8 +190,16 @@ fn every_bad_input_kind_is_typed_counted_and_harmless() {
         (b"#", enc(1), DispatchError::WildcardInTopic),
         (long_topic.as_bytes(), enc(1), DispatchError::TopicTooLong),
         (deep_topic.as_bytes(), enc(1), DispatchError::TopicTooLong),
-        (b"good", std::vec![0xff; 3], DispatchError::MalformedPayload(crate::codec::DecodeError::Truncated)),
-        (b"good", std::vec![1, 2], DispatchError::MalformedPayload(crate::codec::DecodeError::TrailingBytes)),
+        (
+            b"good",
+            std::vec![0xff; 3],
+            DispatchError::MalformedPayload(crate::codec::DecodeError::Truncated)
+        ),
+        (
+            b"good",
+            std::vec![1, 2],
+            DispatchError::MalformedPayload(crate::codec::DecodeError::TrailingBytes)
+        ),
         (b"good", std::vec![1; 5], DispatchError::PayloadTooLarge),
         (b"k/second", enc(1), DispatchError::KeyTableFull),
         (b"k/", enc(1), DispatchError::KeyInvalid),
@@ -170,9 +209,17 @@ fn every_bad_input_kind_is_typed_counted_and_harmless() {
         let writes = (rec.writes(), table.get("first").unwrap().writes());
         assert_eq!(d.dispatch(topic, payload), Err(*want), "case {i}");
         assert_eq!(d.stats().rejected(*want), before + 1, "case {i} counted");
-        assert_eq!(r.try_recv(), Err(TryRecvError::Empty), "case {i}: record unchanged");
+        assert_eq!(
+            r.try_recv(),
+            Err(TryRecvError::Empty),
+            "case {i}: record unchanged"
+        );
         assert_eq!((rec.writes(), table.get("first").unwrap().writes()), writes);
-        assert_eq!(d.dispatch(b"good", &enc(i as u32)), Ok(1), "next good frame after case {i}");
+        assert_eq!(
+            d.dispatch(b"good", &enc(i as u32)),
+            Ok(1),
+            "next good frame after case {i}"
+        );
         assert_eq!(r.try_recv(), Ok(i as u32));
     }
     assert_eq!(d.stats().total_rejected(), cases.len() as u32);
@@ -214,7 +261,11 @@ fn filters_are_listed_once_each() {
     let b: Rec<u32> = Record::new("b");
     let (la, lb) = (Link::new(&a, Postcard), Link::new(&b, Postcard));
     let mut bld = Dispatch::<8, 8>::builder();
-    bld.link("x/+", &la).link("x/+", &lb).link("y", &la).link("y", &lb).link("z/#", &la);
+    bld.link("x/+", &la)
+        .link("x/+", &lb)
+        .link("y", &la)
+        .link("y", &lb)
+        .link("z/#", &la);
     let d = bld.build().unwrap();
     assert_eq!(d.filters().collect::<Vec<_>>(), ["x/+", "y", "z/#"]);
 }
@@ -244,7 +295,9 @@ impl Target for Probe {
         16
     }
     fn deliver(&self, _: Option<&str>, p: &[u8]) -> Result<(), DispatchError> {
-        let _: u8 = Postcard.decode(p).map_err(DispatchError::MalformedPayload)?;
+        let _: u8 = Postcard
+            .decode(p)
+            .map_err(DispatchError::MalformedPayload)?;
         self.hits.borrow_mut().push(self.id);
         Ok(())
     }

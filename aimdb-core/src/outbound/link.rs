@@ -264,7 +264,12 @@ where
     Tp: TopicSpec<S::Item>,
     K: EncodeKind<S::Item, E>,
 {
-    fn produce(&self, value: &S::Item, out: &mut Out<'_>, lagged: u64) -> Result<Produced, RouteError> {
+    fn produce(
+        &self,
+        value: &S::Item,
+        out: &mut Out<'_>,
+        lagged: u64,
+    ) -> Result<Produced, RouteError> {
         let topic_len = match self.topic.fixed() {
             Some(_) => None,
             None => {
@@ -273,7 +278,8 @@ where
                     .write(value, &mut w)
                     .map_err(|_| RouteError::TopicTooLong)?;
                 let n = w.len();
-                let text = core::str::from_utf8(&out.topic[..n]).map_err(|_| RouteError::TopicInvalid)?;
+                let text =
+                    core::str::from_utf8(&out.topic[..n]).map_err(|_| RouteError::TopicInvalid)?;
                 Topic::new(text).map_err(|_| RouteError::TopicInvalid)?;
                 Some(n)
             }

@@ -56,12 +56,12 @@ use core::fmt;
 use core::future::poll_fn;
 use core::task::{Context, Poll};
 
+#[cfg(feature = "alloc")]
+pub use link::Owned;
 pub use link::{
     Borrowed, EncodeKind, Link, Out, Payload, Produced, Route, RouteError, TopicSpec, TopicWriter,
     Written,
 };
-#[cfg(feature = "alloc")]
-pub use link::Owned;
 
 use crate::sync::{Pending, Readiness, ReadinessHandle};
 use crate::topic::{Topic, TopicError};
@@ -336,7 +336,11 @@ impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Builder<'a, H, W
         } else if self.routes.routes.len() >= Readiness::<W>::CAPACITY {
             Some(ConfigError::TooManyRoutes)
         } else {
-            self.routes.routes.push(route).err().map(|_| ConfigError::TooManyRoutes)
+            self.routes
+                .routes
+                .push(route)
+                .err()
+                .map(|_| ConfigError::TooManyRoutes)
         };
         if let Some(error) = err {
             self.errors.total += 1;
@@ -348,6 +352,9 @@ impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Builder<'a, H, W
     /// Finishes: the routes, or every configuration error at once. Every
     /// route starts marked ready, so values written before the build (and a
     /// `Latest` record's current value) are delivered.
+    // Built once at start-up and `no_std` has no `Box`: the large error
+    // (every issue, by value) is the point.
+    #[allow(clippy::result_large_err)]
     pub fn build(self) -> Result<Routes<'a, H, W, N>, ConfigErrors> {
         if self.errors.total > 0 {
             return Err(self.errors);

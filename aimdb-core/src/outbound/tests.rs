@@ -22,8 +22,8 @@ impl Wake for CountWake {
     }
 }
 
-fn poll<'r, H: ReadinessHandle<W>, const W: usize, const N: usize>(
-    r: &'r mut Routes<'_, H, W, N>,
+fn poll<H: ReadinessHandle<W>, const W: usize, const N: usize>(
+    r: &mut Routes<'_, H, W, N>,
     w: &Waker,
 ) -> Option<(usize, std::string::String, Vec<u8>, u64)> {
     match r.poll_next(&mut Context::from_waker(w)) {
@@ -45,7 +45,11 @@ fn static_topic_message_then_park_then_wake() {
     let w = Waker::from(count.clone());
     assert_eq!(poll(&mut routes, &w), None, "nothing written yet");
     rec.write(300);
-    assert_eq!(count.0.load(Ordering::SeqCst), 1, "write woke the parked transport");
+    assert_eq!(
+        count.0.load(Ordering::SeqCst),
+        1,
+        "write woke the parked transport"
+    );
     assert_eq!(
         poll(&mut routes, &w),
         Some((0, "sensors/temp".into(), std::vec![0xac, 0x02], 0))
@@ -81,8 +85,13 @@ fn written_topic_and_its_errors() {
     rec.write(Reading { id: 0, v: 2 }); // wildcard in the written topic
     rec.write(Reading { id: 200, v: 3 }); // "sensors/200/temp" is 16 bytes: fits
     rec.write(Reading { id: 1, v: 4 });
-    let got: Vec<_> = core::iter::from_fn(|| poll(&mut routes, w)).map(|m| m.1).collect();
-    assert_eq!(got, ["sensors/7/temp", "sensors/200/temp", "sensors/1/temp"]);
+    let got: Vec<_> = core::iter::from_fn(|| poll(&mut routes, w))
+        .map(|m| m.1)
+        .collect();
+    assert_eq!(
+        got,
+        ["sensors/7/temp", "sensors/200/temp", "sensors/1/temp"]
+    );
     assert_eq!(routes.stats().topic_invalid, 1);
     assert_eq!(routes.route(0).unwrap().errors(), 1);
     // A topic longer than the scratch is an error, not a truncation.
@@ -146,8 +155,12 @@ fn ring_lag_is_reported_with_exact_count() {
 
 #[test]
 fn round_robin_over_eight_always_ready_routes() {
-    let recs: &'static [Record<Cs, Ring<u32, 64>, 1>] =
-        Box::leak((0..8).map(|_| Record::new("r")).collect::<Vec<_>>().into_boxed_slice());
+    let recs: &'static [Record<Cs, Ring<u32, 64>, 1>] = Box::leak(
+        (0..8)
+            .map(|_| Record::new("r"))
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
     let mut links: Vec<_> = recs
         .iter()
         .map(|r| Link::new(r.subscribe().unwrap(), "t", Postcard))
@@ -170,10 +183,15 @@ fn round_robin_over_eight_always_ready_routes() {
     for round in order.chunks(8) {
         let mut sorted = round.to_vec();
         sorted.sort();
-        assert_eq!(sorted, (0..8).collect::<Vec<_>>(), "each round serves every route once: {order:?}");
+        assert_eq!(
+            sorted,
+            (0..8).collect::<Vec<_>>(),
+            "each round serves every route once: {order:?}"
+        );
     }
     // Once the cold routes are drained, the hot one continues alone.
-    let rest: Vec<usize> = core::iter::from_fn(|| poll(&mut routes, Waker::noop()).map(|m| m.0)).collect();
+    let rest: Vec<usize> =
+        core::iter::from_fn(|| poll(&mut routes, Waker::noop()).map(|m| m.0)).collect();
     assert_eq!(rest, std::vec![3; 54]);
 }
 
@@ -210,7 +228,10 @@ fn mailbox_route_takes_each_command_once() {
     let mut routes = b.build().unwrap();
     rec.write(1);
     rec.write(2);
-    assert_eq!(poll(&mut routes, Waker::noop()).map(|m| m.2), Some(std::vec![2]));
+    assert_eq!(
+        poll(&mut routes, Waker::noop()).map(|m| m.2),
+        Some(std::vec![2])
+    );
     assert_eq!(poll(&mut routes, Waker::noop()), None);
 }
 
@@ -288,10 +309,16 @@ fn dropping_a_pending_next_loses_nothing() {
     {
         let fut = routes.next();
         let mut fut = core::pin::pin!(fut);
-        assert!(fut.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+        assert!(fut
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending());
     }
     rec.write(9);
-    assert_eq!(poll(&mut routes, Waker::noop()).map(|m| m.2), Some(std::vec![9]));
+    assert_eq!(
+        poll(&mut routes, Waker::noop()).map(|m| m.2),
+        Some(std::vec![9])
+    );
 }
 
 #[test]
@@ -329,17 +356,28 @@ fn owned_encoder_and_arc_handle() {
     b.link(&mut link);
     let mut routes = b.build().unwrap();
     rec.write(1000);
-    assert_eq!(poll(&mut routes, Waker::noop()).map(|m| m.2), Some(std::vec![0xe8, 0x07]));
+    assert_eq!(
+        poll(&mut routes, Waker::noop()).map(|m| m.2),
+        Some(std::vec![0xe8, 0x07])
+    );
     assert_eq!(poll(&mut routes, Waker::noop()), None);
     drop(routes);
     drop(link);
-    assert_eq!(Arc::strong_count(&ready), 1, "route wakers released the Arc");
+    assert_eq!(
+        Arc::strong_count(&ready),
+        1,
+        "route wakers released the Arc"
+    );
 }
 
 #[test]
 fn many_routes_one_busy() {
-    let recs: &'static [Record<Cs, Latest<u32>, 1>] =
-        Box::leak((0..4096).map(|_| Record::new("r")).collect::<Vec<_>>().into_boxed_slice());
+    let recs: &'static [Record<Cs, Latest<u32>, 1>] = Box::leak(
+        (0..4096)
+            .map(|_| Record::new("r"))
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
     let mut links: Vec<_> = recs
         .iter()
         .map(|r| Link::new(r.subscribe().unwrap(), "t", Postcard))

@@ -217,12 +217,14 @@ mod growable {
         }
     }
 
+    type Index<M, B, const R: usize> = Vec<Arc<KeySlot<M, B, R>>>;
+
     /// A keyed table that grows: one allocation (the slot) per new key.
     /// The index is reserved up front ([`KeyedVec::with_capacity`]); past
     /// that reservation it also reallocates, amortised.
     pub struct KeyedVec<M: RawMutex, B: Buffer, const R: usize> {
         name: &'static str,
-        index: Mutex<M, RefCell<Vec<Arc<KeySlot<M, B, R>>>>>,
+        index: Mutex<M, RefCell<Index<M, B, R>>>,
     }
 
     impl<M: RawMutex, B: Buffer, const R: usize> KeyedVec<M, B, R> {

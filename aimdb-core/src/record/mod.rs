@@ -38,9 +38,9 @@ use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
 
 pub use buffer::{Buffer, Latest, Mailbox, Ring, Take};
+pub use keyed::{KeyError, Keyed, KeyedSink, KEY_MAX_LEN};
 #[cfg(feature = "alloc")]
 pub use keyed::{KeySlot, KeyedVec};
-pub use keyed::{KeyError, Keyed, KeyedSink, KEY_MAX_LEN};
 pub use reader::{Reader, Recv, Source};
 
 use crate::sync::{loom_const_fn, WakerSlot};
@@ -178,19 +178,20 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
 
     /// Claims a reader slot.
     pub fn subscribe(&self) -> Result<Reader<'_, M, B, R>, SubscribeError> {
-        self.state.lock(|s| {
-            let mut s = s.borrow_mut();
-            let cursor = s.buf.subscribe();
-            let free = s.cursors.iter().position(Option::is_none);
-            match free {
-                Some(i) => {
-                    s.cursors[i] = Some(cursor);
-                    Ok(i)
+        self.state
+            .lock(|s| {
+                let mut s = s.borrow_mut();
+                let cursor = s.buf.subscribe();
+                let free = s.cursors.iter().position(Option::is_none);
+                match free {
+                    Some(i) => {
+                        s.cursors[i] = Some(cursor);
+                        Ok(i)
+                    }
+                    None => Err(SubscribeError::Full),
                 }
-                None => Err(SubscribeError::Full),
-            }
-        })
-        .map(|i| Reader::new(self, i as u8))
+            })
+            .map(|i| Reader::new(self, i as u8))
     }
 
     fn wake(&self, mut mask: u32) {

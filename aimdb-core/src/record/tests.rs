@@ -87,7 +87,11 @@ fn mailbox_latest_wins_each_taken_once_across_readers() {
     assert_eq!(taken, [2], "latest wins, taken by exactly one reader");
     for v in 10..20 {
         rec.write(v);
-        let taken: Vec<_> = rs.iter_mut().rev().filter_map(|r| r.try_recv().ok()).collect();
+        let taken: Vec<_> = rs
+            .iter_mut()
+            .rev()
+            .filter_map(|r| r.try_recv().ok())
+            .collect();
         assert_eq!(taken, [v]);
     }
 }
@@ -113,13 +117,21 @@ fn poll_recv_registers_and_write_wakes_only_waiters() {
     rec.write(7);
     assert_eq!(count.0.load(Ordering::SeqCst), 1);
     rec.write(8);
-    assert_eq!(count.0.load(Ordering::SeqCst), 1, "no re-wake without re-poll");
+    assert_eq!(
+        count.0.load(Ordering::SeqCst),
+        1,
+        "no re-wake without re-poll"
+    );
     assert_eq!(r.poll_recv(&mut cx), Poll::Ready(Ok(7)));
     assert_eq!(r.poll_recv(&mut cx), Poll::Ready(Ok(8)));
     assert_eq!(r.poll_recv(&mut cx), Poll::Pending);
     drop(r);
     rec.write(9);
-    assert_eq!(count.0.load(Ordering::SeqCst), 1, "dropped reader is not woken");
+    assert_eq!(
+        count.0.load(Ordering::SeqCst),
+        1,
+        "dropped reader is not woken"
+    );
 }
 
 #[test]

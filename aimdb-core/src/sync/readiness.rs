@@ -417,7 +417,8 @@ mod tests {
     #[test]
     fn grouped_summary_at_4096_routes() {
         let mut p = Pending::<128>::new();
-        let r: &'static Readiness<128> = std::boxed::Box::leak(std::boxed::Box::new(Readiness::new()));
+        let r: &'static Readiness<128> =
+            std::boxed::Box::leak(std::boxed::Box::new(Readiness::new()));
         for i in [0usize, 127, 128, 2000, 4095] {
             r.route_waker(i).wake();
         }
