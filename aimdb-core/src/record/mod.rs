@@ -202,10 +202,24 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
         }
     }
 
-    /// One receive attempt for reader `i`; on `Empty` with `register`, stores
-    /// the waker before the lock is released, so no write can slip between
-    /// the check and the registration.
+    /// One receive attempt for reader `i`. With `register`, an empty result
+    /// registers the waker and then looks again under the lock, setting the
+    /// reader's waiting bit there: a write either lands before that second
+    /// look (and is returned) or after it (and sees the bit and wakes).
+    /// The waker slot is touched outside the lock so the critical section
+    /// stays short and never performs a wake.
     fn take(&self, i: usize, register: Option<&core::task::Waker>) -> Take<B::Item> {
+        let first = self.take_locked(i, false);
+        match (first, register) {
+            (Take::Empty, Some(w)) => {
+                self.wakers[i].register(w);
+                self.take_locked(i, true)
+            }
+            (t, _) => t,
+        }
+    }
+
+    fn take_locked(&self, i: usize, set_waiting: bool) -> Take<B::Item> {
         self.state.lock(|s| {
             let mut s = s.borrow_mut();
             let s = &mut *s;
@@ -213,8 +227,7 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
                 return Take::Empty;
             };
             let t = s.buf.take(cursor);
-            if let (Take::Empty, Some(w)) = (&t, register) {
-                self.wakers[i].register(w);
+            if set_waiting && matches!(t, Take::Empty) {
                 s.waiting |= 1 << i;
             }
             t

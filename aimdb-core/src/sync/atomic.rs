@@ -35,3 +35,12 @@ impl<T> UnsafeCell<T> {
         self.0.with_mut(f)
     }
 }
+
+/// A spin-wait hint; under loom it lets the model schedule another thread.
+#[inline]
+pub(crate) fn spin_loop() {
+    #[cfg(loom)]
+    loom::hint::spin_loop();
+    #[cfg(not(loom))]
+    core::hint::spin_loop();
+}

@@ -4,7 +4,7 @@
 use core::fmt;
 use core::task::Waker;
 
-use super::atomic::{AtomicU32, Ordering, UnsafeCell};
+use super::atomic::{spin_loop, AtomicU32, Ordering, UnsafeCell};
 use super::loom_const_fn;
 
 /// No one is touching the cell.
@@ -93,6 +93,7 @@ impl WakerSlot {
             Err(WAKING) => {
                 // A wake is in progress: the caller must run again.
                 waker.wake_by_ref();
+                spin_loop();
             }
             Err(_) => {
                 // Concurrent `register` calls violate the one-registrant
