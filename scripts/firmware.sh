@@ -1,0 +1,334 @@
+#!/usr/bin/env bash
+# Cortex-M firmware builds for aimdb-core: toolchain selection, no_std
+# checks, and the QEMU self-test firmware in examples/firmware-qemu.
+#
+#   scripts/firmware.sh toolchain                 pick (and if needed install) a toolchain
+#   scripts/firmware.sh check-core                aimdb-core --no-default-features on thumbv6m/thumbv7m,
+#                                                 no allocator, no std-only dependency
+#   scripts/firmware.sh smoke [--cpu cortex-m3|cortex-m0]
+#                                                 build the self-test firmware, run it under QEMU,
+#                                                 exit with QEMU's exit code
+#   scripts/firmware.sh smoke-fail [--cpu ...]    same with feature `inject-failure`: passes
+#                                                 only if QEMU exits with code 1
+#
+# Toolchain routes (see shared/design/FIRMWARE.md):
+#   rustup  - `rustup target list --installed` has thumbv6m-none-eabi and
+#             thumbv7m-none-eabi: plain `cargo`, precompiled core, rust-lld.
+#   debian  - /usr/bin/rustc (Debian's rustc-web) with the library sources in
+#             /usr/lib/rustlib/src/rust/library: core is compiled with
+#             `-Zbuild-std=core` (RUSTC_BOOTSTRAP=1) and linked with ld.lld.
+#             Installed with apt-get when neither route is available (CI
+#             starts from a machine with only rustup's host target).
+# All firmware artifacts go to target-fw/ at the workspace root, never
+# target/, so the host toolchain and the firmware toolchain never share
+# artifacts. FW_TOOLCHAIN=rustup|debian forces a route.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+FW_DIR="$ROOT/examples/firmware-qemu"
+FW_NAME=firmware-qemu
+TARGET_DIR="$ROOT/target-fw"
+# check-core builds aimdb-core with different RUSTFLAGS than the firmware;
+# cargo does not key artifacts by RUSTFLAGS, so a shared directory would
+# rebuild `core` each time one alternates between the two.
+CHECK_TARGET_DIR="$TARGET_DIR/check-core"
+THUMB_TARGETS=(thumbv6m-none-eabi thumbv7m-none-eabi)
+DEBIAN_PACKAGES=(rustc-web cargo-web rust-web-src lld qemu-system-arm)
+DEBIAN_RUSTC=/usr/bin/rustc
+DEBIAN_RUSTDOC=/usr/bin/rustdoc
+DEBIAN_CARGO=/usr/bin/cargo
+DEBIAN_LIBSRC=/usr/lib/rustlib/src/rust/library
+QEMU_TIMEOUT=${QEMU_TIMEOUT:-60}
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'firmware.sh: error: %s\n' "$*" >&2; exit 1; }
+
+usage() {
+    sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+
+# ------------------------------------------------------------------ toolchain
+
+ROUTE=""
+CARGO_CMD=()   # command prefix that runs the firmware toolchain's cargo
+BUILD_STD=()   # extra cargo arguments (build-std on the Debian route)
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die "need root to run: $*"
+    fi
+}
+
+apt_install() {
+    log "apt-get install -y $*"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y "$@"
+}
+
+rustup_has_targets() {
+    command -v rustup >/dev/null 2>&1 || return 1
+    local installed t
+    installed=$(rustup target list --installed 2>/dev/null) || return 1
+    for t in "${THUMB_TARGETS[@]}"; do
+        grep -qx "$t" <<<"$installed" || return 1
+    done
+}
+
+debian_toolchain_present() {
+    [ -x "$DEBIAN_RUSTC" ] && [ -x "$DEBIAN_CARGO" ] && [ -d "$DEBIAN_LIBSRC/core" ]
+}
+
+# Decides the route and sets ROUTE, CARGO_CMD and BUILD_STD; installs what
+# is missing (Debian packages only).
+select_toolchain() {
+    [ -n "$ROUTE" ] && return 0
+    local forced=${FW_TOOLCHAIN:-}
+    if [ "$forced" = rustup ] || { [ -z "$forced" ] && rustup_has_targets; }; then
+        rustup_has_targets || die "FW_TOOLCHAIN=rustup but rustup lacks ${THUMB_TARGETS[*]}"
+        ROUTE=rustup
+        CARGO_CMD=(cargo)
+        BUILD_STD=()
+    else
+        [ -z "$forced" ] || [ "$forced" = debian ] || die "FW_TOOLCHAIN must be rustup or debian"
+        if ! debian_toolchain_present; then
+            apt_install "${DEBIAN_PACKAGES[@]}"
+            debian_toolchain_present || die "Debian toolchain still missing after apt-get install"
+        fi
+        ROUTE=debian
+        # Debian's rustc has no rust-lld: link with ld.lld (package lld).
+        CARGO_CMD=(env RUSTC="$DEBIAN_RUSTC" RUSTDOC="$DEBIAN_RUSTDOC" RUSTC_BOOTSTRAP=1
+                   CARGO_TARGET_THUMBV6M_NONE_EABI_LINKER=ld.lld
+                   CARGO_TARGET_THUMBV7M_NONE_EABI_LINKER=ld.lld
+                   "$DEBIAN_CARGO")
+        # Only `core` (and compiler_builtins): a firmware that needed `alloc`
+        # would not compile on this route.
+        BUILD_STD=(-Zbuild-std=core)
+    fi
+    local missing=()
+    command -v qemu-system-arm >/dev/null 2>&1 || missing+=(qemu-system-arm)
+    if [ "$ROUTE" = debian ]; then
+        command -v ld.lld >/dev/null 2>&1 || missing+=(lld)
+    fi
+    if [ ${#missing[@]} -gt 0 ]; then
+        apt_install "${missing[@]}"
+    fi
+}
+
+cmd_toolchain() {
+    select_toolchain
+    echo "route: $ROUTE"
+    echo "cargo: ${CARGO_CMD[*]} ${BUILD_STD[*]}"
+    echo "target dir: $TARGET_DIR"
+    "${CARGO_CMD[@]}" --version
+    if [ "$ROUTE" = debian ]; then
+        "$DEBIAN_RUSTC" --version
+        echo "library sources: $DEBIAN_LIBSRC"
+        ld.lld --version
+    else
+        rustc --version
+    fi
+    qemu-system-arm --version | head -n1
+}
+
+# The cargo that resolves dependency trees: the host one (rustup) if there,
+# else Debian's.
+host_cargo() {
+    if command -v cargo >/dev/null 2>&1; then
+        command -v cargo
+    else
+        echo "$DEBIAN_CARGO"
+    fi
+}
+
+# ------------------------------------------------------------------ firmware
+
+cpu_target() {
+    case "$1" in
+        cortex-m3) echo thumbv7m-none-eabi ;;
+        cortex-m0) echo thumbv6m-none-eabi ;;
+        *) die "unknown --cpu '$1' (cortex-m3 or cortex-m0)" ;;
+    esac
+}
+
+fw_elf() { echo "$TARGET_DIR/$1/release/$FW_NAME"; }
+
+# build_firmware TARGET [cargo args...]
+build_firmware() {
+    local target=$1; shift
+    select_toolchain
+    log "building $FW_NAME for $target ($ROUTE route) $*"
+    # cargo runs inside the firmware crate so only its own .cargo/config.toml
+    # and Cargo.lock apply; it is a workspace of its own.
+    (cd "$FW_DIR" && "${CARGO_CMD[@]}" build --release --target "$target" \
+        --target-dir ../../target-fw "${BUILD_STD[@]}" "$@")
+}
+
+print_sizes() {
+    local elf=$1 tool
+    if command -v llvm-size >/dev/null 2>&1; then
+        tool=llvm-size
+    elif command -v size >/dev/null 2>&1; then
+        tool=size
+    else
+        log "no llvm-size or size: skipping sizes"
+        return 0
+    fi
+    "$tool" "$elf"
+    "$tool" -A "$elf" | awk '
+        $1 == ".vector_table" || $1 == ".text" || $1 == ".rodata" { flash += $2 }
+        $1 == ".data" { flash += $2; ram += $2 }
+        $1 == ".bss" || $1 == ".uninit" { ram += $2 }
+        END { printf "flash (.vector_table+.text+.rodata+.data): %d bytes\n", flash;
+              printf "static RAM (.data+.bss+.uninit): %d bytes\n", ram }'
+}
+
+# run_qemu CPU ELF [LOGFILE]: runs the firmware, returns QEMU's exit code
+# (124 on timeout).
+run_qemu() {
+    local cpu=$1 elf=$2 logfile=${3:-/dev/null} rc
+    log "qemu-system-arm -cpu $cpu -machine lm3s6965evb ... -kernel ${elf#"$ROOT"/} (timeout ${QEMU_TIMEOUT}s)"
+    set +e
+    timeout "$QEMU_TIMEOUT" qemu-system-arm -cpu "$cpu" -machine lm3s6965evb -nographic \
+        -monitor none -semihosting-config enable=on,target=native -kernel "$elf" \
+        </dev/null | tee "$logfile"
+    rc=${PIPESTATUS[0]}
+    set -e
+    [ "$rc" -ne 124 ] || log "QEMU timed out after ${QEMU_TIMEOUT}s"
+    return "$rc"
+}
+
+parse_cpu() {
+    CPU=cortex-m3
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --cpu) [ $# -ge 2 ] || die "--cpu needs a value"; CPU=$2; shift 2 ;;
+            --cpu=*) CPU=${1#--cpu=}; shift ;;
+            *) die "unknown argument '$1'" ;;
+        esac
+    done
+    TARGET=$(cpu_target "$CPU")
+}
+
+cmd_smoke() {
+    parse_cpu "$@"
+    build_firmware "$TARGET"
+    local elf rc=0
+    elf=$(fw_elf "$TARGET")
+    print_sizes "$elf"
+    run_qemu "$CPU" "$elf" || rc=$?
+    log "smoke ($CPU, $TARGET): QEMU exit code $rc"
+    exit "$rc"
+}
+
+cmd_smoke_fail() {
+    parse_cpu "$@"
+    build_firmware "$TARGET" --features inject-failure
+    local elf out rc=0
+    elf=$(fw_elf "$TARGET")
+    out=$(mktemp)
+    # shellcheck disable=SC2064
+    trap "rm -f '$out'" EXIT
+    run_qemu "$CPU" "$elf" "$out" || rc=$?
+    # The feature-built ELF replaces the normal one; the next `smoke`
+    # rebuilds (only the firmware crate).
+    if [ "$rc" -ne 1 ]; then
+        die "smoke-fail: expected QEMU exit code 1 from the injected failure, got $rc"
+    fi
+    if ! grep -q '^FAIL ' "$out"; then
+        die "smoke-fail: QEMU exited 1 but no check printed FAIL (panic or fault instead?)"
+    fi
+    echo "smoke-fail ($CPU): OK, the injected check failure ended QEMU with exit code 1"
+}
+
+# ------------------------------------------------------------------ check-core
+
+cmd_check_core() {
+    select_toolchain
+    local target flags
+    # 1. The library alone, no default features, for both thumb targets.
+    for target in "${THUMB_TARGETS[@]}"; do
+        flags=${RUSTFLAGS:-}
+        if [ "$target" = thumbv6m-none-eabi ]; then
+            # No compare-and-swap on v6m: the library leaves the choice to
+            # the final binary, so this check build (which has none) picks
+            # single-core emulation itself; the firmware picks
+            # portable-atomic's `critical-section` feature instead.
+            flags="$flags --cfg portable_atomic_unsafe_assume_single_core"
+        fi
+        log "aimdb-core --lib --no-default-features for $target ($ROUTE route)"
+        (cd "$ROOT" && RUSTFLAGS="$flags" "${CARGO_CMD[@]}" build -p aimdb-core --lib \
+            --no-default-features --release --target "$target" \
+            --target-dir "$CHECK_TARGET_DIR" "${BUILD_STD[@]}")
+    done
+
+    # 2. No allocator: the v6m firmware links without a #[global_allocator].
+    # rustc refuses to link a binary whose crate graph contains `alloc`
+    # without one, so a successful link proves aimdb-core (default features
+    # off) pulls in no `alloc`; on the Debian route the sysroot even has only
+    # `core` (-Zbuild-std=core). The symbol scan is a second, direct look.
+    build_firmware thumbv6m-none-eabi
+    local elf nm_tool
+    elf=$(fw_elf thumbv6m-none-eabi)
+    nm_tool=$(command -v llvm-nm || command -v nm || true)
+    if [ -n "$nm_tool" ]; then
+        if "$nm_tool" "$elf" | grep -E '__rust_alloc|__rdl_alloc|__rg_alloc|__rust_alloc_error_handler|__rust_no_alloc_shim'; then
+            die "allocator symbols in ${elf#"$ROOT"/}"
+        fi
+        echo "no allocator: ${elf#"$ROOT"/} links without alloc (no __rust_alloc* symbols)"
+    else
+        echo "no allocator: ${elf#"$ROOT"/} links without a #[global_allocator] (no nm to scan symbols)"
+    fi
+
+    # 3. The dependency tree, resolved by the host cargo.
+    local cargo_host
+    cargo_host=$(host_cargo)
+    log "cargo tree -p aimdb-core -e normal --no-default-features"
+    (cd "$ROOT" && "$cargo_host" tree -p aimdb-core -e normal --no-default-features)
+    # cargo tree shows crates, not whether a crate was built with std. So the
+    # check resolves for the firmware target, drops proc-macros (they run on
+    # the host and may use std), and lists each remaining crate with its
+    # enabled features. It fails on
+    #   - a crate that is std-only or host-only by nature (denylist), and
+    #   - any enabled feature that switches on std or alloc in a no_std crate
+    #     (`std`, `use-std`, `alloc`, `use-alloc`, `*-std`), e.g. serde/std or
+    #     postcard/use-std unified in by a stray default feature.
+    local flat bad
+    flat=$(cd "$ROOT" && "$cargo_host" tree -p aimdb-core -e normal,no-proc-macro \
+        --no-default-features --target thumbv6m-none-eabi --prefix none -f '{p} [{f}]' |
+        sed 's/ (\*)$//' | sort -u)
+    bad=$(awk '
+        BEGIN { n = split("serde_json tokio mio socket2 libc std loom proptest futures-executor", d, " ");
+                for (i = 1; i <= n; i++) deny[d[i]] = 1 }
+        {
+            name = $1; feats = $0; sub(/^[^[]*\[/, "", feats); sub(/\].*$/, "", feats)
+            if (name in deny) { print "std-only crate: " $0; next }
+            m = split(feats, f, ",")
+            for (i = 1; i <= m; i++)
+                if (f[i] ~ /^(std|use-std|alloc|use-alloc)$/ || f[i] ~ /-std$/) {
+                    print "std/alloc feature \"" f[i] "\": " $0
+                }
+        }' <<<"$flat")
+    if [ -n "$bad" ]; then
+        printf '%s\n' "$bad" >&2
+        die "aimdb-core --no-default-features pulls in std/alloc (see above)"
+    fi
+    echo "dependency tree: $(wc -l <<<"$flat") crates for thumbv6m-none-eabi, none std-only, no std/alloc feature enabled"
+    echo "check-core: OK ($ROUTE route)"
+}
+
+# ------------------------------------------------------------------ main
+
+[ $# -ge 1 ] || { usage; exit 2; }
+sub=$1; shift
+case "$sub" in
+    toolchain) [ $# -eq 0 ] || die "toolchain takes no arguments"; cmd_toolchain ;;
+    check-core) [ $# -eq 0 ] || die "check-core takes no arguments"; cmd_check_core ;;
+    smoke) cmd_smoke "$@" ;;
+    smoke-fail) cmd_smoke_fail "$@" ;;
+    -h|--help|help) usage ;;
+    *) usage; exit 2 ;;
+esac
