@@ -1,0 +1,174 @@
+//! Fixtures shared by b0, b1 and b2: tables of N routes over `Latest<u32>`
+//! records with postcard payloads. Everything is leaked to `'static` (a
+//! bench builds a handful of fixtures once), so fixtures can move into
+//! spawned tasks.
+
+use aimdb_core::codec::{Encode, Postcard};
+use aimdb_core::inbound::{Dispatch, KeyedLink, Link as InLink};
+use aimdb_core::outbound::{Link as OutLink, Route, Routes};
+use aimdb_core::record::{Keyed, Latest, Reader, Record};
+use aimdb_core::sync::Readiness;
+use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
+
+/// The mutex every fixture uses (interrupt/thread safe).
+pub type Cs = CriticalSectionRawMutex;
+/// The record type every fixture uses.
+pub type Rec = Record<Cs, Latest<u32>, 1>;
+/// Route capacity of every fixture table, whatever its route count, so
+/// only the route count varies between rows.
+pub const CAP: usize = 4096;
+/// Trie node capacity.
+pub const NODES: usize = 3 * CAP + 2;
+/// Readiness words for [`CAP`] routes.
+pub const WORDS: usize = CAP / 32;
+/// The inbound table type.
+pub type InTable = Dispatch<'static, CAP, NODES>;
+/// The outbound table type.
+pub type OutTable = Routes<'static, &'static Readiness<WORDS>, WORDS, CAP>;
+/// A static-topic, borrowed-encoder outbound link over [`Rec`].
+pub type StaticLink = OutLink<Reader<'static, Cs, Latest<u32>, 1>, &'static str, Postcard>;
+
+/// Leaks `v` for the rest of the process.
+pub fn leak<T>(v: T) -> &'static mut T {
+    Box::leak(Box::new(v))
+}
+
+/// `n` fresh records.
+pub fn records(n: usize) -> &'static [Rec] {
+    Box::leak(
+        (0..n)
+            .map(|_| Record::new("bench"))
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    )
+}
+
+/// The postcard encoding of `v` (a non-zero payload).
+pub fn payload(v: u32) -> Vec<u8> {
+    let mut buf = [0u8; 8];
+    let n = Postcard.encode(&v, &mut buf).expect("u32 fits");
+    buf[..n].to_vec()
+}
+
+/// An inbound table and the topics that hit its routes.
+pub struct Inbound {
+    /// The table.
+    pub dispatch: Box<InTable>,
+    /// One topic per route, as a transport would hand it over.
+    pub topics: Vec<Vec<u8>>,
+    /// The records written (exact and pattern fixtures).
+    pub records: &'static [Rec],
+}
+
+fn leak_str(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+fn build(b: aimdb_core::inbound::Builder<'static, CAP, NODES>) -> Box<InTable> {
+    Box::new(b.build().unwrap_or_else(|e| panic!("fixture config: {e}")))
+}
+
+/// `n` exact routes `dev/{i}/value`.
+pub fn inbound_exact(n: usize) -> Inbound {
+    let records = records(n);
+    let mut b = Dispatch::builder();
+    let mut topics = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        let t = leak_str(format!("dev/{i}/value"));
+        b.link(t, leak(InLink::new(r, Postcard)));
+        topics.push(t.as_bytes().to_vec());
+    }
+    Inbound {
+        dispatch: build(b),
+        topics,
+        records,
+    }
+}
+
+/// `n` pattern routes `site/{i}/+/temp`; topic `i` is `site/{i}/room/temp`
+/// (each topic matches exactly one route).
+pub fn inbound_pattern(n: usize) -> Inbound {
+    let records = records(n);
+    let mut b = Dispatch::builder();
+    let mut topics = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        b.link(
+            leak_str(format!("site/{i}/+/temp")),
+            leak(InLink::new(r, Postcard)),
+        );
+        topics.push(format!("site/{i}/room/temp").into_bytes());
+    }
+    Inbound {
+        dispatch: build(b),
+        topics,
+        records,
+    }
+}
+
+/// A fixed-capacity keyed table.
+pub type KeyTable<const K: usize> = Keyed<Cs, Latest<u32>, K, 1>;
+
+/// `n` keyed routes `fleet/{i}/+/v` (key level 2), each into its own table
+/// with room for `keys` keys; topic `i` uses key `dev1`, claimed by a first
+/// dispatch so it is known.
+pub fn inbound_keyed_known(n: usize) -> Inbound {
+    let mut b = Dispatch::builder();
+    let mut topics = Vec::new();
+    for i in 0..n {
+        let table: &'static KeyTable<4> = leak(Keyed::new("fleet"));
+        b.link_keyed(
+            leak_str(format!("fleet/{i}/+/v")),
+            2,
+            leak(KeyedLink::new(table, Postcard)),
+        );
+        topics.push(format!("fleet/{i}/dev1/v").into_bytes());
+    }
+    let mut inbound = Inbound {
+        dispatch: build(b),
+        topics,
+        records: &[],
+    };
+    let p = payload(1);
+    for t in &inbound.topics {
+        inbound
+            .dispatch
+            .dispatch(t, &p)
+            .expect("claim the known key");
+    }
+    inbound
+}
+
+/// An outbound table over `n` [`Rec`] records with static topics
+/// `out/{i}` and the shared scratch.
+pub struct Outbound {
+    /// The table.
+    pub routes: Box<OutTable>,
+    /// The records, route `i` reading record `i`.
+    pub records: &'static [Rec],
+}
+
+/// `n` static-topic routes.
+pub fn outbound_static(n: usize) -> Outbound {
+    let records = records(n);
+    let ready: &'static Readiness<WORDS> = leak(Readiness::new());
+    let payload: &'static mut [u8] = leak([0x5au8; 64]);
+    let topic: &'static mut [u8] = leak([0x5au8; 64]);
+    let mut b = Routes::builder(ready, payload, topic);
+    for (i, r) in records.iter().enumerate() {
+        let link: &'static mut StaticLink = leak(OutLink::new(
+            r.subscribe().expect("one reader"),
+            leak_str(format!("out/{i}")),
+            Postcard,
+        ));
+        b.link(link as &mut dyn Route);
+    }
+    let mut routes = Box::new(b.build().unwrap_or_else(|e| panic!("fixture config: {e}")));
+    drain(&mut routes);
+    Outbound { routes, records }
+}
+
+/// Pulls until nothing is ready (the build marks every route ready once).
+pub fn drain(routes: &mut OutTable) {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    while routes.poll_next(&mut cx).is_ready() {}
+}
