@@ -85,11 +85,8 @@ async fn measure(row: &'static str, mut op: impl AsyncFnMut(usize)) -> Measured 
     }
 }
 
-fn sync_measure(
-    row: &'static str,
-    mut op: impl FnMut(usize),
-) -> impl std::future::Future<Output = Measured> {
-    async move { measure(row, async |i| op(i)).await }
+async fn sync_measure(row: &'static str, mut op: impl FnMut(usize)) -> Measured {
+    measure(row, async |i| op(i)).await
 }
 
 async fn inbound_rows(out: &mut Vec<Measured>) {
