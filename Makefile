@@ -37,9 +37,9 @@ nostd:
 ## QEMU self-test firmware: passes on Cortex-M3 and M0, and a made-to-fail
 ## build must exit 1.
 firmware:
-	bash scripts/firmware.sh smoke --cpu cortex-m3
-	bash scripts/firmware.sh smoke --cpu cortex-m0
 	bash scripts/firmware.sh smoke-fail
+	bash scripts/firmware.sh smoke --cpu cortex-m0
+	bash scripts/firmware.sh smoke --cpu cortex-m3
 
 ## Deterministic gates: allocations per operation (b0). Every bench must
 ## still compile.
