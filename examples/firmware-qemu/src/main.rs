@@ -9,13 +9,25 @@
 //! Adding a check: write `fn my_check() -> bool` (use [`ensure!`] for each
 //! condition) and add it to [`SYNC_CHECKS`]; an async check is an
 //! `async fn(Spawner) -> bool` called from `main` through [`Tally::check`].
+//!
+//! Besides the record kinds, the checks cover inbound routing
+//! (`inbound_dispatch`: exact, pattern and keyed routes, every bad-frame
+//! kind counted and harmless) and outbound routing (`outbound_routes`:
+//! round-robin pulls, a pull that parks and is woken by a producer task, an
+//! encode error skipped while the other routes go on), all without a heap.
 #![no_std]
 #![no_main]
 
-use core::future::poll_fn;
+use core::fmt::Write as _;
+use core::future::{poll_fn, Future};
+use core::pin::pin;
 use core::task::Poll;
 
-use aimdb_core::record::{Latest, Mailbox, Record, Ring, SubscribeError, TryRecvError};
+use aimdb_core::codec::{DecodeError, Encode, Postcard};
+use aimdb_core::inbound::{Dispatch, DispatchError, KeyedLink, Link as InLink};
+use aimdb_core::outbound::{Link as OutLink, Message, Routes, TopicWriter, Written};
+use aimdb_core::record::{Keyed, Latest, Mailbox, Record, Ring, SubscribeError, TryRecvError};
+use aimdb_core::sync::Readiness;
 use cortex_m_rt::{exception, ExceptionFrame};
 use cortex_m_semihosting::{debug, hprintln};
 use embassy_executor::Spawner;
@@ -57,6 +69,7 @@ const SYNC_CHECKS: &[(&str, fn() -> bool)] = &[
     ("ring_lag_exact", ring_lag_exact),
     ("mailbox_taken_once", mailbox_taken_once),
     ("subscribe_full_and_release", subscribe_full_and_release),
+    ("inbound_dispatch", inbound_dispatch),
 ];
 
 // ---------------------------------------------------------------- Latest
@@ -164,6 +177,150 @@ fn subscribe_full_and_release() -> bool {
     true
 }
 
+// ---------------------------------------------------------------- inbound
+
+/// Exact route `ctl/setpoint`; a postcard `i16` is at most 3 bytes, so the
+/// link refuses anything longer unread.
+static SETPOINT: Record<Cs, Latest<i16>, 1> = Record::new("fw/setpoint");
+static SETPOINT_IN: InLink<'static, Record<Cs, Latest<i16>, 1>, Postcard, i16> =
+    InLink::new(&SETPOINT, Postcard).with_max_payload(3);
+/// Pattern route `cmd/+/led`: every LED command lands in one ring.
+static LEDS: Record<Cs, Ring<bool, 4>, 1> = Record::new("fw/leds");
+static LEDS_IN: InLink<'static, Record<Cs, Ring<bool, 4>, 1>, Postcard, bool> =
+    InLink::new(&LEDS, Postcard);
+/// Keyed route `sensors/+/temp`: level 1 names the slot; room for 2 keys.
+static TEMPS: Keyed<Cs, Latest<i16>, 2, 1> = Keyed::new("fw/temps");
+static TEMPS_IN: KeyedLink<'static, Keyed<Cs, Latest<i16>, 2, 1>, Postcard, i16> =
+    KeyedLink::new(&TEMPS, Postcard);
+
+/// Postcard-encodes `v` into `buf` through the `Encode` trait (an empty
+/// payload, which no route accepts, if it does not fit).
+fn enc<'b, T>(v: &T, buf: &'b mut [u8]) -> &'b [u8]
+where
+    Postcard: Encode<T>,
+{
+    match Postcard.encode(v, buf) {
+        Ok(n) => &buf[..n],
+        Err(_) => &[],
+    }
+}
+
+/// Every write the inbound records have taken, and the claimed key count.
+fn inbound_writes() -> (u64, u64, u64, usize) {
+    let mut keyed = 0;
+    TEMPS.for_each(|_, r| keyed += r.writes());
+    (SETPOINT.writes(), LEDS.writes(), keyed, TEMPS.len())
+}
+
+/// An exact, a pattern and a keyed route: good frames reach their records;
+/// each bad frame returns its error, bumps its own counter, writes nothing,
+/// and the next good frame is delivered.
+fn inbound_dispatch() -> bool {
+    let mut b = Dispatch::<'static, 4, 8>::builder();
+    b.link("ctl/setpoint", &SETPOINT_IN);
+    b.link("cmd/+/led", &LEDS_IN);
+    b.link_keyed("sensors/+/temp", 1, &TEMPS_IN);
+    let Ok(mut d) = b.build() else { return false };
+    ensure!(d.len() == 3);
+    let mut filters = d.filters();
+    ensure!(filters.next() == Some("ctl/setpoint"));
+    ensure!(filters.next() == Some("cmd/+/led"));
+    ensure!(filters.next() == Some("sensors/+/temp"));
+    ensure!(filters.next().is_none());
+    drop(filters);
+
+    let (Ok(mut setpoint), Ok(mut leds)) = (SETPOINT.subscribe(), LEDS.subscribe()) else {
+        return false;
+    };
+    let mut buf = [0u8; 8];
+    ensure!(d.dispatch(b"ctl/setpoint", enc(&-215i16, &mut buf)) == Ok(1));
+    ensure!(setpoint.try_recv() == Ok(-215));
+    ensure!(d.dispatch(b"cmd/kitchen/led", enc(&true, &mut buf)) == Ok(1));
+    ensure!(d.dispatch(b"cmd/hall/led", enc(&false, &mut buf)) == Ok(1));
+    ensure!(leds.try_recv() == Ok(true));
+    ensure!(leds.try_recv() == Ok(false));
+    ensure!(d.dispatch(b"sensors/a/temp", enc(&215i16, &mut buf)) == Ok(1));
+    ensure!(d.dispatch(b"sensors/b/temp", enc(&190i16, &mut buf)) == Ok(1));
+    ensure!(TEMPS.len() == 2);
+    let (Some(a), Some(bslot)) = (TEMPS.get("a"), TEMPS.get("b")) else { return false };
+    let (Ok(mut temp_a), Ok(mut temp_b)) = (a.subscribe(), bslot.subscribe()) else {
+        return false;
+    };
+    // Late subscribers to `Latest` slots see the current value once.
+    ensure!(temp_a.try_recv() == Ok(215));
+    ensure!(temp_b.try_recv() == Ok(190));
+    ensure!(d.stats().delivered == 5);
+    ensure!(d.stats().total_rejected() == 0);
+
+    let mut one = [0u8; 4];
+    let one = enc(&1i16, &mut one);
+    let bad: [(&[u8], &[u8], DispatchError); 11] = [
+        (b"ctl/nope", one, DispatchError::UnknownTopic),
+        (b"cmd/+/led", &[1], DispatchError::WildcardInTopic),
+        (b"sensors/#", one, DispatchError::WildcardInTopic),
+        (b"ctl/\xffpoint", one, DispatchError::TopicNotUtf8),
+        // A varint cut short.
+        (b"ctl/setpoint", &[0x80], DispatchError::MalformedPayload(DecodeError::Truncated)),
+        // 1, then a stray byte.
+        (b"ctl/setpoint", &[2, 0], DispatchError::MalformedPayload(DecodeError::TrailingBytes)),
+        // 2 is not a bool.
+        (b"cmd/hall/led", &[2], DispatchError::MalformedPayload(DecodeError::Malformed)),
+        // 4 bytes: over the link's 3-byte limit, refused before decoding.
+        (b"ctl/setpoint", &[0x80, 0x80, 0x80, 0], DispatchError::PayloadTooLarge),
+        (b"sensors/c/temp", one, DispatchError::KeyTableFull),
+        // Decoded before the key is claimed: malformed, not "table full".
+        (b"sensors/c/temp", &[0x80], DispatchError::MalformedPayload(DecodeError::Truncated)),
+        (b"sensors//temp", one, DispatchError::KeyInvalid),
+    ];
+    for (i, &(topic, payload, want)) in bad.iter().enumerate() {
+        let before = *d.stats();
+        let writes = inbound_writes();
+        let got = d.dispatch(topic, payload);
+        if got != Err(want) {
+            hprintln!("  case {}: got {:?}, want {:?}", i, got, want);
+            return false;
+        }
+        ensure!(d.stats().rejected(want) == before.rejected(want) + 1);
+        ensure!(d.stats().total_rejected() == before.total_rejected() + 1);
+        ensure!(d.stats().delivered == before.delivered);
+        // Nothing written anywhere.
+        ensure!(inbound_writes() == writes);
+        ensure!(setpoint.try_recv() == Err(TryRecvError::Empty));
+        ensure!(leds.try_recv() == Err(TryRecvError::Empty));
+        ensure!(temp_a.try_recv() == Err(TryRecvError::Empty));
+        ensure!(temp_b.try_recv() == Err(TryRecvError::Empty));
+        // The next good frame, on each route in turn, is delivered.
+        let v = i as i16 * 7 - 30;
+        match i % 3 {
+            0 => {
+                ensure!(d.dispatch(b"ctl/setpoint", enc(&v, &mut buf)) == Ok(1));
+                ensure!(setpoint.try_recv() == Ok(v));
+            }
+            1 => {
+                ensure!(d.dispatch(b"cmd/porch/led", enc(&(i % 2 == 0), &mut buf)) == Ok(1));
+                ensure!(leds.try_recv() == Ok(i % 2 == 0));
+            }
+            _ => {
+                ensure!(d.dispatch(b"sensors/b/temp", enc(&v, &mut buf)) == Ok(1));
+                ensure!(temp_b.try_recv() == Ok(v));
+            }
+        }
+    }
+    let s = d.stats();
+    ensure!(s.unknown_topic == 1);
+    ensure!(s.wildcard_in_topic == 2);
+    ensure!(s.topic_not_utf8 == 1);
+    ensure!(s.malformed_payload == 4);
+    ensure!(s.payload_too_large == 1);
+    ensure!(s.key_table_full == 1);
+    ensure!(s.key_invalid == 1);
+    ensure!(s.invalid_topic == 0 && s.topic_too_long == 0);
+    ensure!(s.total_rejected() == bad.len() as u32);
+    ensure!(s.delivered == 5 + bad.len() as u32);
+    ensure!(TEMPS.len() == 2 && TEMPS.get("c").is_none());
+    true
+}
+
 // ---------------------------------------------------------------- async
 
 /// Values the producer sends; the ring (4) never overflows because the
@@ -228,6 +385,195 @@ async fn async_recv_ping_pong(spawner: Spawner) -> bool {
     true
 }
 
+// ---------------------------------------------------------------- outbound
+
+/// Route 0: a `Ring` with a static topic.
+static OUT_RING: Record<Cs, Ring<u16, 8>, 1> = Record::new("fw/out/ring");
+/// Route 1: a `Latest` whose topic is written from the value (`id`, `temp`).
+static OUT_TEMP: Record<Cs, Latest<(u8, i16)>, 1> = Record::new("fw/out/temp");
+/// Route 2: a `Ring` whose largest values do not fit the payload scratch.
+static OUT_COUNT: Record<Cs, Ring<u64, 4>, 1> = Record::new("fw/out/count");
+/// One readiness bit per route; the transport (main task) parks on it.
+static READY: Readiness<1> = Readiness::new();
+/// Acknowledgements from the transport to the producer, one per round.
+static OUT_ACK: Record<Cs, Mailbox<u32>, 1> = Record::new("fw/out/ack");
+/// The route producer's verdict.
+static OUT_DONE: Record<Cs, Latest<bool>, 1> = Record::new("fw/out/done");
+/// Shared encode scratch: a `u64` above 2^56 needs 9 or 10 bytes.
+const OUT_PAYLOAD: usize = 8;
+
+/// One write of the producer.
+#[derive(Clone, Copy)]
+enum Put {
+    Ring(u16),
+    Temp(u8, i16),
+    Count(u64),
+}
+
+/// One producer round: its writes and the one message the transport must
+/// pull for them (route, topic, postcard bytes worked out by hand).
+struct Round {
+    puts: &'static [Put],
+    route: usize,
+    topic: &'static str,
+    payload: &'static [u8],
+}
+
+const ROUTE_ROUNDS: &[Round] = &[
+    Round { puts: &[Put::Ring(300)], route: 0, topic: "fw/out/ring", payload: &[0xac, 0x02] },
+    // zigzag(-40) = 79
+    Round { puts: &[Put::Temp(3, -40)], route: 1, topic: "fw/out/3/temp", payload: &[3, 0x4f] },
+    Round { puts: &[Put::Count(42)], route: 2, topic: "fw/out/count", payload: &[42] },
+    // u64::MAX is 10 bytes: skipped with an encode error; the ring value
+    // still goes out.
+    Round {
+        puts: &[Put::Count(u64::MAX), Put::Ring(7)],
+        route: 0,
+        topic: "fw/out/ring",
+        payload: &[7],
+    },
+    // zigzag(1000) = 2000 = varint d0 0f
+    Round {
+        puts: &[Put::Temp(200, 1000)],
+        route: 1,
+        topic: "fw/out/200/temp",
+        payload: &[200, 0xd0, 0x0f],
+    },
+    // The route that hit the encode error goes on.
+    Round { puts: &[Put::Count(43)], route: 2, topic: "fw/out/count", payload: &[43] },
+];
+
+fn put(p: Put) {
+    match p {
+        Put::Ring(v) => OUT_RING.write(v),
+        Put::Temp(id, t) => OUT_TEMP.write((id, t)),
+        Put::Count(v) => OUT_COUNT.write(v),
+    }
+}
+
+/// Every write the outbound records have taken.
+fn out_writes() -> u64 {
+    OUT_RING.writes() + OUT_TEMP.writes() + OUT_COUNT.writes()
+}
+
+#[embassy_executor::task]
+async fn route_producer() {
+    let mut ok = true;
+    match OUT_ACK.subscribe() {
+        Ok(mut ack) => {
+            for (i, round) in ROUTE_ROUNDS.iter().enumerate() {
+                for &p in round.puts {
+                    put(p);
+                }
+                ok &= ack.recv().await == Ok(i as u32);
+            }
+        }
+        Err(_) => ok = false,
+    }
+    OUT_DONE.write(ok);
+}
+
+type OutRoutes<'a> = Routes<'a, &'static Readiness<1>, 1, 3>;
+
+/// `routes.next().await`, counting the polls that returned `Pending`.
+async fn pull<'r>(routes: &'r mut OutRoutes<'_>, parked: &mut u32) -> Message<'r> {
+    let mut next = pin!(routes.next());
+    poll_fn(|cx| {
+        let p = next.as_mut().poll(cx);
+        if p.is_pending() {
+            *parked += 1;
+        }
+        p
+    })
+    .await
+}
+
+/// Whether `m` is the expected message; prints it if not.
+fn is_msg(m: &Message<'_>, route: usize, topic: &str, payload: &[u8]) -> bool {
+    let ok = m.route == route && m.topic == topic && m.payload == payload && m.lagged == 0;
+    if !ok {
+        hprintln!("  got route {} `{}` {:?} lag {}", m.route, m.topic, m.payload, m.lagged);
+        hprintln!("  want route {} `{}` {:?}", route, topic, payload);
+    }
+    ok
+}
+
+/// Three routes pulled with `routes.next().await` from this (transport)
+/// task: ready routes are served round-robin; a pull that finds nothing
+/// parks and is woken by the producer task's write; a value too large for
+/// the payload scratch is skipped and counted while the routes go on.
+async fn outbound_routes(spawner: Spawner) -> bool {
+    let (Ok(ring), Ok(temp), Ok(count)) =
+        (OUT_RING.subscribe(), OUT_TEMP.subscribe(), OUT_COUNT.subscribe())
+    else {
+        return false;
+    };
+    let Ok(mut done) = OUT_DONE.subscribe() else { return false };
+    let mut l_ring = OutLink::new(ring, "fw/out/ring", Postcard);
+    let mut l_temp = OutLink::new(
+        temp,
+        Written(|v: &(u8, i16), w: &mut TopicWriter<'_>| write!(w, "fw/out/{}/temp", v.0)),
+        Postcard,
+    );
+    let mut l_count = OutLink::new(count, "fw/out/count", Postcard);
+    let (mut payload, mut topic) = ([0u8; OUT_PAYLOAD], [0u8; 24]);
+    let mut b = OutRoutes::builder(&READY, &mut payload, &mut topic);
+    b.link(&mut l_ring).link(&mut l_temp).link(&mut l_count);
+    let Ok(mut routes) = b.build() else { return false };
+    ensure!(routes.len() == 3);
+
+    // 1. Everything ready at once: served round-robin from route 0; the
+    //    `Latest` route has one value, so it drops out after its turn.
+    for v in 1..=3 {
+        OUT_RING.write(v);
+    }
+    OUT_TEMP.write((4, -5));
+    OUT_COUNT.write(10);
+    OUT_COUNT.write(11);
+    let expected: [(usize, &str, &[u8]); 6] = [
+        (0, "fw/out/ring", &[1]),
+        (1, "fw/out/4/temp", &[4, 9]), // zigzag(-5) = 9
+        (2, "fw/out/count", &[10]),
+        (0, "fw/out/ring", &[2]),
+        (2, "fw/out/count", &[11]),
+        (0, "fw/out/ring", &[3]),
+    ];
+    let mut parked = 0;
+    for (route, topic, payload) in expected {
+        let m = pull(&mut routes, &mut parked).await;
+        ensure!(is_msg(&m, route, topic, payload));
+    }
+    ensure!(parked == 0);
+
+    // 2. Nothing ready: each pull parks, the producer task runs and its
+    //    write wakes this task.
+    spawner.spawn(match route_producer() {
+        Ok(token) => token,
+        Err(_) => return false,
+    });
+    for (i, round) in ROUTE_ROUNDS.iter().enumerate() {
+        let (writes, parked_before) = (out_writes(), parked);
+        let m = pull(&mut routes, &mut parked).await;
+        ensure!(is_msg(&m, round.route, round.topic, round.payload));
+        // Parked exactly once, and the producer wrote in the meantime.
+        ensure!(parked == parked_before + 1);
+        ensure!(out_writes() == writes + round.puts.len() as u64);
+        OUT_ACK.write(i as u32);
+    }
+    ensure!(done.recv().await == Ok(true));
+    // Drained: one more pull would park.
+    ensure!(poll_fn(|cx| Poll::Ready(routes.poll_next(cx).is_pending())).await);
+
+    let s = *routes.stats();
+    ensure!(s.sent == (expected.len() + ROUTE_ROUNDS.len()) as u32);
+    ensure!(s.encode_errors == 1);
+    ensure!(s.topic_too_long == 0 && s.topic_invalid == 0 && s.lagged == 0);
+    let errors = |i| routes.route(i).map(|r| r.errors());
+    ensure!(errors(0) == Some(0) && errors(1) == Some(0) && errors(2) == Some(1));
+    ensure!(routes.route(1).map(|r| r.name()) == Some("fw/out/temp"));
+    true
+}
+
 // ---------------------------------------------------------------- main
 
 #[embassy_executor::main]
@@ -238,6 +584,7 @@ async fn main(spawner: Spawner) {
         t.check(name, run());
     }
     t.check("async_recv_ping_pong", async_recv_ping_pong(spawner).await);
+    t.check("outbound_routes", outbound_routes(spawner).await);
 
     hprintln!("firmware: {} passed, {} failed", t.passed, t.failed);
     debug::exit(if t.failed == 0 { debug::EXIT_SUCCESS } else { debug::EXIT_FAILURE });
