@@ -167,6 +167,17 @@ pub fn outbound_static(n: usize) -> Outbound {
     Outbound { routes, records }
 }
 
+/// The static topics `out/{i}` of [`outbound_static`], for benches that
+/// route the same records without a [`Routes`] table.
+pub fn out_topics(n: usize) -> &'static [&'static str] {
+    Box::leak(
+        (0..n)
+            .map(|i| leak_str(format!("out/{i}")))
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    )
+}
+
 /// Pulls until nothing is ready (the build marks every route ready once).
 pub fn drain(routes: &mut OutTable) {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());

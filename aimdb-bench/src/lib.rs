@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 pub mod fixtures;
+pub mod timing;
 
 /// `target/bench-results/` at the workspace root (or under
 /// `CARGO_TARGET_DIR`), whatever the working directory.
