@@ -378,6 +378,31 @@ impl<'a, const N: usize, const NODES: usize> Dispatch<'a, N, NODES> {
     }
 }
 
+/// What a connector hands inbound frames to: implemented by [`Dispatch`],
+/// so connectors need not name its const parameters.
+pub trait FrameSink {
+    /// See [`Dispatch::dispatch`].
+    fn dispatch(&mut self, topic: &[u8], payload: &[u8]) -> Result<usize, DispatchError>;
+    /// Calls `f` with each declared filter once (see [`Dispatch::filters`]).
+    fn for_each_filter(&self, f: &mut dyn FnMut(&str));
+    /// See [`Dispatch::stats`].
+    fn stats(&self) -> &Stats;
+}
+
+impl<const N: usize, const NODES: usize> FrameSink for Dispatch<'_, N, NODES> {
+    fn dispatch(&mut self, topic: &[u8], payload: &[u8]) -> Result<usize, DispatchError> {
+        Dispatch::dispatch(self, topic, payload)
+    }
+    fn for_each_filter(&self, f: &mut dyn FnMut(&str)) {
+        for filter in self.filters() {
+            f(filter);
+        }
+    }
+    fn stats(&self) -> &Stats {
+        Dispatch::stats(self)
+    }
+}
+
 fn deliver(t: &dyn Target, key: Option<&str>, payload: &[u8]) -> Result<(), DispatchError> {
     if payload.len() > t.max_payload() {
         return Err(DispatchError::PayloadTooLarge);

@@ -169,6 +169,9 @@ pub trait Route {
     ) -> Poll<Result<Produced, RouteError>>;
     /// Values skipped by errors on this route.
     fn errors(&self) -> u32;
+    /// Re-arms the source's current value (see
+    /// [`crate::record::Reader::replay`]).
+    fn replay(&mut self) {}
 }
 
 /// An outbound link: source `S` (a [`crate::record::Reader`]), topic `Tp`
@@ -255,6 +258,10 @@ where
 
     fn errors(&self) -> u32 {
         self.errors
+    }
+
+    fn replay(&mut self) {
+        self.source.replay();
     }
 }
 

@@ -214,6 +214,16 @@ impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Routes<'a, H, W,
         }
     }
 
+    /// After a transport reconnects: every `Latest` route delivers its
+    /// current value again (state is re-published); `Ring` and `Mailbox`
+    /// routes deliver only what they have not delivered yet.
+    pub fn replay_latest(&mut self) {
+        for (i, r) in self.routes.iter_mut().enumerate() {
+            r.replay();
+            self.pending.set(i);
+        }
+    }
+
     /// Counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
@@ -363,6 +373,46 @@ impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Builder<'a, H, W
         r.mark_all();
         Ok(r)
     }
+}
+
+/// What a connector pulls outbound messages from: implemented by
+/// [`Routes`], so connectors need not name its const parameters. Use it
+/// through [`next`].
+pub trait MessageSource {
+    /// Readies the next message (see [`Routes::poll_next`]); on `Ready`,
+    /// [`MessageSource::message`] returns it.
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+    /// The message readied by the last `Ready` poll.
+    fn message(&self) -> Message<'_>;
+    /// See [`Routes::replay_latest`].
+    fn replay_latest(&mut self);
+    /// See [`Routes::stats`].
+    fn stats(&self) -> &Stats;
+}
+
+impl<H: ReadinessHandle<W>, const W: usize, const N: usize> MessageSource for Routes<'_, H, W, N> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        Routes::poll_ready(self, cx)
+    }
+    fn message(&self) -> Message<'_> {
+        self.current_message()
+    }
+    fn replay_latest(&mut self) {
+        Routes::replay_latest(self);
+    }
+    fn stats(&self) -> &Stats {
+        Routes::stats(self)
+    }
+}
+
+/// Waits for the next message of any [`MessageSource`].
+///
+/// # Cancel safety
+///
+/// Cancel-safe, as [`Routes::next`].
+pub async fn next<S: MessageSource + ?Sized>(source: &mut S) -> Message<'_> {
+    poll_fn(|cx| source.poll_ready(cx)).await;
+    source.message()
 }
 
 impl<H: ReadinessHandle<W>, const W: usize, const N: usize> fmt::Debug for Routes<'_, H, W, N> {

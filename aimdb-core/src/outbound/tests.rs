@@ -396,3 +396,24 @@ fn many_routes_one_busy() {
         assert_eq!(poll(&mut routes, Waker::noop()), None);
     }
 }
+
+#[test]
+fn replay_latest_republishes_state_only() {
+    let state: &'static Record<Cs, Latest<u8>, 1> = leak(Record::new("s"));
+    let stream: &'static Record<Cs, Ring<u8, 4>, 1> = leak(Record::new("t"));
+    let mut ls = Link::new(state.subscribe().unwrap(), "s", Postcard);
+    let mut lt = Link::new(stream.subscribe().unwrap(), "t", Postcard);
+    let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
+    let mut b = Routes::<_, 1, 2>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
+    b.link(&mut ls).link(&mut lt);
+    let mut routes = b.build().unwrap();
+    state.write(1);
+    stream.write(2);
+    let first: Vec<_> = core::iter::from_fn(|| poll(&mut routes, Waker::noop())).map(|m| m.1).collect();
+    assert_eq!(first, ["s", "t"]);
+    routes.replay_latest();
+    let again: Vec<_> = core::iter::from_fn(|| poll(&mut routes, Waker::noop())).map(|m| (m.1, m.2)).collect();
+    assert_eq!(again, [("s".into(), std::vec![1])], "state again, stream not");
+    let m = futures::executor::block_on(next(&mut routes as &mut dyn MessageSource));
+    let _ = m;
+}

@@ -29,6 +29,12 @@ pub trait Buffer: sealed::Sealed {
     fn subscribe(&self) -> Self::Cursor;
     /// Takes the next value for the reader at `cursor`.
     fn take(&mut self, cursor: &mut Self::Cursor) -> Take<Self::Item>;
+    /// Re-arms `cursor` so the current value is delivered again, for kinds
+    /// where that is meaningful (`Latest`: state is re-published after a
+    /// transport reconnects). Streams and commands are not replayed.
+    fn replay(&self, cursor: &mut Self::Cursor) {
+        let _ = cursor;
+    }
 }
 
 mod sealed {
@@ -67,6 +73,12 @@ impl<T: Clone> Buffer for Latest<T> {
             self.seq.wrapping_sub(1)
         } else {
             self.seq
+        }
+    }
+
+    fn replay(&self, cursor: &mut u32) {
+        if self.value.is_some() {
+            *cursor = self.seq.wrapping_sub(1);
         }
     }
 

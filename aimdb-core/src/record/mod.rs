@@ -234,6 +234,16 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
         })
     }
 
+    fn replay(&self, i: usize) {
+        self.state.lock(|s| {
+            let mut s = s.borrow_mut();
+            let s = &mut *s;
+            if let Some(c) = s.cursors[i].as_mut() {
+                s.buf.replay(c);
+            }
+        });
+    }
+
     fn unsubscribe(&self, i: usize) {
         self.state.lock(|s| {
             let mut s = s.borrow_mut();

@@ -44,6 +44,12 @@ impl<'a, M: RawMutex, B: Buffer, const R: usize> Reader<'a, M, B, R> {
         }
     }
 
+    /// Makes the current value deliverable again if the buffer kind
+    /// re-publishes state (`Latest`); a no-op for `Ring` and `Mailbox`.
+    pub fn replay(&mut self) {
+        self.record.replay(self.idx as usize);
+    }
+
     /// Waits for the next value.
     ///
     /// # Cancel safety
@@ -91,6 +97,8 @@ pub trait Source {
     fn name(&self) -> &'static str;
     /// See [`Reader::poll_recv`].
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<Self::Item, RecvError>>;
+    /// See [`Reader::replay`].
+    fn replay(&mut self) {}
 }
 
 impl<M: RawMutex, B: Buffer, const R: usize> Source for Reader<'_, M, B, R> {
@@ -100,5 +108,8 @@ impl<M: RawMutex, B: Buffer, const R: usize> Source for Reader<'_, M, B, R> {
     }
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<B::Item, RecvError>> {
         Reader::poll_recv(self, cx)
+    }
+    fn replay(&mut self) {
+        Reader::replay(self);
     }
 }
