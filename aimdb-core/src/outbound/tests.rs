@@ -409,11 +409,19 @@ fn replay_latest_republishes_state_only() {
     let mut routes = b.build().unwrap();
     state.write(1);
     stream.write(2);
-    let first: Vec<_> = core::iter::from_fn(|| poll(&mut routes, Waker::noop())).map(|m| m.1).collect();
+    let first: Vec<_> = core::iter::from_fn(|| poll(&mut routes, Waker::noop()))
+        .map(|m| m.1)
+        .collect();
     assert_eq!(first, ["s", "t"]);
     routes.replay_latest();
-    let again: Vec<_> = core::iter::from_fn(|| poll(&mut routes, Waker::noop())).map(|m| (m.1, m.2)).collect();
-    assert_eq!(again, [("s".into(), std::vec![1])], "state again, stream not");
+    let again: Vec<_> = core::iter::from_fn(|| poll(&mut routes, Waker::noop()))
+        .map(|m| (m.1, m.2))
+        .collect();
+    assert_eq!(
+        again,
+        [("s".into(), std::vec![1])],
+        "state again, stream not"
+    );
     let m = futures::executor::block_on(next(&mut routes as &mut dyn MessageSource));
     let _ = m;
 }
