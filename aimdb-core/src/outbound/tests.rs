@@ -422,6 +422,11 @@ fn replay_latest_republishes_state_only() {
         [("s".into(), std::vec![1])],
         "state again, stream not"
     );
+    stream.write(3);
     let m = futures::executor::block_on(next(&mut routes as &mut dyn MessageSource));
-    let _ = m;
+    assert_eq!(
+        (m.topic, m.payload),
+        ("t", &[3u8][..]),
+        "MessageSource::next pulls the same way"
+    );
 }
