@@ -1,2 +1,12 @@
-//! Connectors for aimdb-core (framed streams, MQTT, loopback): see the connectors issue.
+//! Transports for `aimdb-core`.
+//!
+//! A connector owns one transport and runs **one** future that drives both
+//! directions: frames read from the transport go to an
+//! [`InboundDispatch`](aimdb_core::InboundDispatch); messages pulled from
+//! [`OutboundRoutes`](aimdb_core::OutboundRoutes) are written to it. No task
+//! per route, no allocation per message.
 #![no_std]
+#![warn(missing_docs)]
+
+#[cfg(feature = "std")]
+extern crate std;
