@@ -1,0 +1,313 @@
+//! The wire format: `COBS(postcard((topic, payload))) 0x00`.
+//!
+//! postcard encodes the tuple `(&str, &[u8])` as `varint(len) topic
+//! varint(len) payload`; COBS removes every zero byte from that so a single
+//! `0x00` can end the frame. A receiver that joins mid-stream, or reads
+//! garbage, throws bytes away up to the next `0x00` and is back in step.
+//!
+//! [`encode`] writes the COBS bytes straight from the pieces (no
+//! intermediate postcard buffer, so a connector needs one transmit buffer,
+//! not two). [`Decoder`] undoes COBS byte by byte as bytes arrive, in any
+//! chunking, into one frame buffer of `N` bytes, and hands out the frame as
+//! borrowed `topic` / `payload` slices.
+
+use core::fmt;
+
+/// Largest decoded frame (postcard bytes of `(topic, payload)`) the
+/// connector's default buffers accept: a 256-byte topic, a 1,024-byte
+/// payload and their two length prefixes.
+pub const MAX_FRAME: usize = 256 + 1024 + 2 + 3;
+
+/// Bytes on the wire for a decoded frame of `n` bytes: one COBS code byte
+/// per started 254-byte block, plus the `0x00` delimiter.
+pub const fn encoded_len(n: usize) -> usize {
+    n + n / 254 + 1 + 1
+}
+
+/// Transmit buffer size that fits any frame of [`MAX_FRAME`] bytes.
+pub const MAX_ENCODED: usize = encoded_len(MAX_FRAME);
+
+/// Why a frame could not be encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EncodeError {
+    /// The output buffer is too small for this frame.
+    BufferTooSmall,
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("frame does not fit the transmit buffer")
+    }
+}
+
+impl core::error::Error for EncodeError {}
+
+/// Why a received frame was dropped. The decoder is back in step at the
+/// next delimiter in every case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// The frame decodes to more than the decoder's buffer holds.
+    Oversized,
+    /// The COBS encoding is broken (a block cut short by a delimiter).
+    Cobs,
+    /// The COBS bytes are fine but do not hold a postcard `(topic,
+    /// payload)` with nothing after it.
+    Malformed,
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Oversized => "frame larger than the receive buffer",
+            Self::Cobs => "broken COBS encoding",
+            Self::Malformed => "frame is not a postcard (topic, payload)",
+        })
+    }
+}
+
+impl core::error::Error for FrameError {}
+
+/// Encodes one frame of `topic` and `payload` into `out`, delimiter
+/// included; returns the number of bytes written.
+///
+/// # Errors
+///
+/// [`EncodeError::BufferTooSmall`] when `out` is shorter than
+/// [`encoded_len`] of the frame; `out` is then left partly written.
+pub fn encode(topic: &str, payload: &[u8], out: &mut [u8]) -> Result<usize, EncodeError> {
+    let mut w = CobsWriter::new(out)?;
+    let mut var = [0u8; 5];
+    w.extend(varint(topic.len(), &mut var))?;
+    w.extend(topic.as_bytes())?;
+    w.extend(varint(payload.len(), &mut var))?;
+    w.extend(payload)?;
+    w.finish()
+}
+
+/// postcard's varint (LEB128) for a `usize` length.
+fn varint(mut n: usize, buf: &mut [u8; 5]) -> &[u8] {
+    let mut i = 0;
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            buf[i] = byte;
+            return &buf[..=i];
+        }
+        buf[i] = byte | 0x80;
+        i += 1;
+        if i == buf.len() - 1 {
+            // Lengths here are bounded by slices; a fifth byte is the last
+            // a u32 varint can need.
+            buf[i] = n as u8;
+            return &buf[..=i];
+        }
+    }
+}
+
+/// COBS encoder writing into a slice as bytes come.
+struct CobsWriter<'o> {
+    out: &'o mut [u8],
+    /// Where the current block's code byte goes.
+    code_at: usize,
+    /// Next free byte.
+    pos: usize,
+    /// The current block's code: one more than its data bytes.
+    code: u8,
+}
+
+impl<'o> CobsWriter<'o> {
+    fn new(out: &'o mut [u8]) -> Result<Self, EncodeError> {
+        if out.is_empty() {
+            return Err(EncodeError::BufferTooSmall);
+        }
+        Ok(Self {
+            out,
+            code_at: 0,
+            pos: 1,
+            code: 1,
+        })
+    }
+
+    fn extend(&mut self, bytes: &[u8]) -> Result<(), EncodeError> {
+        for &b in bytes {
+            if b == 0 {
+                self.close_block()?;
+            } else {
+                *self
+                    .out
+                    .get_mut(self.pos)
+                    .ok_or(EncodeError::BufferTooSmall)? = b;
+                self.pos += 1;
+                self.code += 1;
+                if self.code == 0xff {
+                    self.close_block()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn close_block(&mut self) -> Result<(), EncodeError> {
+        self.out[self.code_at] = self.code;
+        self.code_at = self.pos;
+        if self.pos >= self.out.len() {
+            return Err(EncodeError::BufferTooSmall);
+        }
+        self.pos += 1;
+        self.code = 1;
+        Ok(())
+    }
+
+    fn finish(self) -> Result<usize, EncodeError> {
+        self.out[self.code_at] = self.code;
+        *self
+            .out
+            .get_mut(self.pos)
+            .ok_or(EncodeError::BufferTooSmall)? = 0;
+        Ok(self.pos + 1)
+    }
+}
+
+/// One decoded frame, borrowed from the [`Decoder`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame<'f> {
+    /// Topic bytes as sent (validated later by the dispatcher).
+    pub topic: &'f [u8],
+    /// Payload bytes.
+    pub payload: &'f [u8],
+}
+
+/// What one [`Decoder::push`] call produced.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event<'f> {
+    /// All input bytes were taken; no frame ended in them.
+    NeedMore,
+    /// A frame ended; `usize` bytes of the input were taken.
+    Frame(Frame<'f>, usize),
+    /// A frame ended but was dropped; `usize` bytes of the input were taken.
+    Error(FrameError, usize),
+}
+
+/// Streaming COBS + postcard frame decoder with a buffer of `N` bytes.
+///
+/// Feed it bytes in any chunks with [`Decoder::push`]; each call stops at
+/// the end of a frame, so the borrowed [`Frame`] can be dispatched before
+/// more input is fed. Errors never leave it out of step: after a broken or
+/// oversized frame it decodes the next one normally.
+#[derive(Debug)]
+pub struct Decoder<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+    /// Data bytes left in the current COBS block.
+    remaining: u8,
+    /// Code byte of the current block (0 before the first one).
+    code: u8,
+    /// Dropping everything up to the next delimiter (frame too large).
+    discarding: bool,
+}
+
+impl<const N: usize> Default for Decoder<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> Decoder<N> {
+    /// An empty decoder.
+    pub const fn new() -> Self {
+        Self {
+            buf: [0; N],
+            len: 0,
+            remaining: 0,
+            code: 0,
+            discarding: false,
+        }
+    }
+
+    /// Forgets a partly received frame (for example after a reconnect).
+    pub fn reset(&mut self) {
+        self.len = 0;
+        self.remaining = 0;
+        self.code = 0;
+        self.discarding = false;
+    }
+
+    /// Takes bytes from `input` up to and including the first frame
+    /// delimiter, and reports what ended there.
+    pub fn push(&mut self, input: &[u8]) -> Event<'_> {
+        for (i, &b) in input.iter().enumerate() {
+            if b == 0 {
+                let outcome = self.end_frame();
+                return match outcome {
+                    None => continue,
+                    Some(Ok(len)) => match parse(&self.buf[..len]) {
+                        Ok(frame) => Event::Frame(frame, i + 1),
+                        Err(e) => Event::Error(e, i + 1),
+                    },
+                    Some(Err(e)) => Event::Error(e, i + 1),
+                };
+            }
+            if self.discarding {
+                continue;
+            }
+            if self.remaining == 0 {
+                // A code byte. Every block but the first, and but those
+                // after a full 254-byte block, stands for a zero.
+                if self.code != 0 && self.code != 0xff && !self.put(0) {
+                    continue;
+                }
+                self.code = b;
+                self.remaining = b - 1;
+            } else {
+                self.remaining -= 1;
+                self.put(b);
+            }
+        }
+        Event::NeedMore
+    }
+
+    fn put(&mut self, b: u8) -> bool {
+        match self.buf.get_mut(self.len) {
+            Some(slot) => {
+                *slot = b;
+                self.len += 1;
+                true
+            }
+            None => {
+                self.discarding = true;
+                false
+            }
+        }
+    }
+
+    /// A delimiter arrived: `None` for an empty frame (a stray or leading
+    /// delimiter), else the decoded length or why the frame is dropped.
+    /// Resets for the next frame either way.
+    fn end_frame(&mut self) -> Option<Result<usize, FrameError>> {
+        let out = if self.discarding {
+            Some(Err(FrameError::Oversized))
+        } else if self.code == 0 {
+            None
+        } else if self.remaining != 0 {
+            Some(Err(FrameError::Cobs))
+        } else {
+            Some(Ok(self.len))
+        };
+        self.reset();
+        out
+    }
+}
+
+/// Splits a decoded frame into its postcard `(topic, payload)`.
+fn parse(bytes: &[u8]) -> Result<Frame<'_>, FrameError> {
+    match postcard::take_from_bytes::<(&[u8], &[u8])>(bytes) {
+        Ok(((topic, payload), [])) => Ok(Frame { topic, payload }),
+        _ => Err(FrameError::Malformed),
+    }
+}
+
+#[cfg(test)]
+mod tests;
