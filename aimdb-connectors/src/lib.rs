@@ -10,3 +10,8 @@
 
 #[cfg(feature = "std")]
 extern crate std;
+
+pub mod framed;
+pub mod loopback;
+#[cfg(feature = "tokio")]
+pub mod tokio_io;
