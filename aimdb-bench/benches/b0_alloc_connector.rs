@@ -17,11 +17,14 @@ use std::process::ExitCode;
 use std::rc::Rc;
 
 use aimdb_bench::fixtures::{self, leak, payload, Cs, Rec};
+use aimdb_connectors::framed::{Framed, Stats};
+use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound::{Dispatch, KeyedLink, Link as InLink};
 use aimdb_core::outbound::{Link as OutLink, Route, Routes, TopicWriter, Written};
 use aimdb_core::record::{Keyed, KeyedVec, Latest, Record};
 use aimdb_core::sync::Readiness;
+use embassy_sync::blocking_mutex::raw::NoopRawMutex;
 use serde_json::json;
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 
@@ -48,6 +51,7 @@ const EXPECTED: &[(&str, u64)] = &[
     ("outbound_next_owned", 1),
     ("outbound_next_round_robin", 0),
     ("outbound_next_parked", 0),
+    ("connector_roundtrip", 0),
 ];
 
 struct Measured {
@@ -271,6 +275,48 @@ async fn outbound_rows(out: &mut Vec<Measured>) {
     out.push(m);
 }
 
+/// Framed stream over the loopback pair, both directions: a value written
+/// on side A is published, dispatched into side B's `echo` record, which B
+/// publishes back to A's `pong` record. One operation is one round trip:
+/// two encodes, two writes, two reads, two decodes, two dispatches.
+async fn connector_rows(out: &mut Vec<Measured>) {
+    let recs = fixtures::records(3);
+    let (ping, echo, pong) = (&recs[0], &recs[1], &recs[2]);
+    let pair: &'static Pair<NoopRawMutex, 1024> = leak(Pair::new());
+    let mut pong_reader = pong.subscribe().expect("reader");
+    let local = tokio::task::LocalSet::new();
+    for (end, out_rec, out_topic, in_rec, in_topic) in [
+        (pair.a(), ping, "ping", pong, "pong"),
+        (pair.b(), echo, "pong", echo, "ping"),
+    ] {
+        let link = leak(OutLink::new(
+            out_rec.subscribe().expect("reader"),
+            out_topic,
+            Postcard,
+        ));
+        let ready: &'static Readiness<1> = leak(Readiness::new());
+        let mut b = Routes::<_, 1, 1>::builder(ready, leak([0x5au8; 64]), leak([0x5au8; 64]));
+        b.link(link as &mut dyn Route);
+        let mut routes = b.build().expect("config");
+        let mut b = Dispatch::<'static, 4, 4>::builder();
+        b.link(in_topic, leak(InLink::new(in_rec, Postcard)));
+        let mut dispatch = b.build().expect("config");
+        let framed = leak(Framed::<256, 512>::new(leak(Stats::new())));
+        local.spawn_local(async move {
+            let (rx, tx) = end;
+            let e = framed.run(rx, tx, &mut dispatch, &mut routes).await;
+            panic!("loopback connection ended: {e}");
+        });
+    }
+    let m = local
+        .run_until(measure("connector_roundtrip", async |i| {
+            ping.write(i as u32);
+            assert_eq!(pong_reader.recv().await, Ok(i as u32));
+        }))
+        .await;
+    out.push(m);
+}
+
 fn check_baseline(problems: &mut Vec<String>) {
     let path = aimdb_bench::workspace_root().join("data/baselines/b0_alloc_connector.json");
     let text = match std::fs::read_to_string(&path) {
@@ -307,6 +353,7 @@ fn main() -> ExitCode {
     rt.block_on(async {
         inbound_rows(&mut measured).await;
         outbound_rows(&mut measured).await;
+        connector_rows(&mut measured).await;
     });
 
     let mut problems = Vec::new();
