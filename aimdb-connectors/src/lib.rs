@@ -13,5 +13,7 @@ extern crate std;
 
 pub mod framed;
 pub mod loopback;
+#[cfg(feature = "mqtt")]
+pub mod mqtt;
 #[cfg(feature = "tokio")]
 pub mod tokio_io;

@@ -1,0 +1,352 @@
+//! MQTT connector (feature `mqtt`): records ↔ an MQTT 5 broker.
+//!
+//! [`Mqtt::run`] is **one** future that drives both directions over one
+//! broker connection:
+//!
+//! ```text
+//!  broker ──PUBLISH──► minimq::Connection::poll ──► FrameSink::dispatch(topic, payload) ──► records
+//!  records ──► MessageSource (outbound::next) ──► Connection::publish(topic, payload, QoS of route i) ──► broker
+//! ```
+//!
+//! and keeps the connection alive:
+//!
+//! - it subscribes to exactly the filters [`FrameSink::for_each_filter`]
+//!   yields (wildcards included), waiting for each SUBACK;
+//! - keep-alive PINGREQs go out while idle; a missed PINGRESP, EOF, an I/O
+//!   error or a broker DISCONNECT drops the connection;
+//! - after a drop it reconnects with bounded exponential [`Backoff`]
+//!   (limited or disabled by [`Reconnect`]), resubscribes, re-sends a
+//!   message whose publish the drop interrupted, and calls
+//!   [`MessageSource::replay_latest`] so every `Latest` record's newest value
+//!   is published again;
+//! - [`Counters`] (atomics) can be read from anywhere while it runs.
+//!
+//! Nothing here allocates or panics; there is no task per route. Buffers
+//! are the caller's: the MQTT session's RX/TX slices (given to
+//! [`Mqtt::new`]) and the routes' encode scratch. The only per-connector
+//! stack buffer is one topic filter (`MAX_TOPIC_LEN` bytes) while
+//! subscribing.
+//!
+//! # Portability
+//!
+//! The same code runs on embassy and on tokio. It is generic over
+//!
+//! - [`Connect`]: opens the byte stream (`embedded_io_async::Read + Write`)
+//!   to the broker: an embassy-net `TcpSocket`, a TLS session, or with
+//!   feature `tokio` the provided [`TcpConnect`];
+//! - [`DelayNs`](embedded_hal_async::delay::DelayNs): the timer for backoff
+//!   and the connect timeout: `embassy_time::Delay`, or with `tokio`
+//!   [`TokioDelay`].
+//!
+//! Keep-alive timing is inside minimq, which reads `embassy-time`'s clock:
+//! firmware provides its time driver as usual; on hosts the `tokio` feature
+//! turns on `embassy-time`'s std driver.
+//!
+//! # Why minimq and not rust-mqtt
+//!
+//! Both are maintained `no_std` MQTT 5 clients over `embedded-io-async`
+//! 0.7 and `heapless` 0.9. We use **minimq 0.13**:
+//!
+//! - **No allocation and no `unsafe` on the steady path.** minimq decodes
+//!   each inbound PUBLISH in place in the caller's RX slice and hands out a
+//!   borrowed topic and payload; outbound packets are encoded into the TX
+//!   slice. rust-mqtt 0.6 gets received topics and payloads from a
+//!   `BufferProvider<'c>` whose slices live as long as the client, so
+//!   without `alloc` (a `Box` per message) the only way to reuse memory is
+//!   `unsafe { BumpBuffer::reset() }` after every packet — against both
+//!   rules of this crate.
+//! - **Cancel-safe receive.** `Connection::poll` may be dropped at any
+//!   await (documented, and ordering across cancelled writes is preserved
+//!   since 0.13.5), which is what selecting it against
+//!   [`outbound::next`](aimdb_core::outbound::next) needs. rust-mqtt's
+//!   `poll` is not cancel-safe (only `poll_header` is).
+//! - **Keep-alive and ping-timeout detection built in**, with QoS 1/2
+//!   retransmission held in the TX slice; rust-mqtt leaves keep-alive
+//!   loops to the caller.
+//!
+//! The costs, accepted: minimq 0.13.2+ needs Rust **1.88** (the feature
+//! `mqtt` raises the crate's MSRV from 1.87; older 0.13 releases lack
+//! packet-id and reconnect fixes), and its clock is `embassy-time` rather
+//! than a trait we pass in (hence the std driver under `tokio`).
+//!
+//! # Example (tokio)
+//!
+//! ```no_run
+//! # #[cfg(feature = "tokio")]
+//! # async fn demo() {
+//! use aimdb_connectors::mqtt::{Config, Counters, Mqtt, TcpConnect, TokioDelay};
+//! use aimdb_core::codec::Postcard;
+//! use aimdb_core::inbound::{Dispatch, Link as InLink};
+//! use aimdb_core::outbound::{Link as OutLink, Routes};
+//! use aimdb_core::record::{Latest, Record};
+//! use aimdb_core::sync::Readiness;
+//! use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+//!
+//! static LED: Record<Cs, Latest<bool>, 1> = Record::new("led");
+//! static TEMP: Record<Cs, Latest<i16>, 1> = Record::new("temp");
+//! static READY: Readiness<1> = Readiness::new();
+//! static COUNTERS: Counters = Counters::new();
+//!
+//! let led = InLink::new(&LED, Postcard);
+//! let mut b = Dispatch::<4, 8>::builder();
+//! b.link("cmd/led", &led);
+//! let mut inbound = b.build().unwrap();
+//!
+//! let mut temp = OutLink::new(TEMP.subscribe().unwrap(), "sensors/temp", Postcard);
+//! let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
+//! let mut b = Routes::<_, 1, 4>::builder(&READY, &mut payload, &mut topic);
+//! b.link(&mut temp);
+//! let mut outbound = b.build().unwrap();
+//!
+//! let (mut rx, mut tx) = ([0u8; 1024], [0u8; 1024]);
+//! let config = Config::new("device-7");
+//! let connect = TcpConnect::new("127.0.0.1:1883");
+//! let mut mqtt = Mqtt::new(config, &mut rx, &mut tx, connect, TokioDelay, &COUNTERS).unwrap();
+//! let why = mqtt.run(&mut inbound, &mut outbound).await;
+//! eprintln!("connector stopped: {why}");
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+
+mod backoff;
+mod counters;
+mod run;
+#[cfg(feature = "tokio")]
+mod host;
+
+use core::fmt;
+
+pub use backoff::{Backoff, Reconnect};
+pub use counters::{Counters, Snapshot};
+#[cfg(feature = "tokio")]
+pub use host::{TcpConnect, TokioDelay};
+
+use aimdb_core::inbound::FrameSink;
+use aimdb_core::outbound::MessageSource;
+use embedded_hal_async::delay::DelayNs;
+
+/// MQTT quality of service of a publish or the maximum of a subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum QoS {
+    /// At most once: fire and forget.
+    AtMostOnce,
+    /// At least once: retransmitted until acknowledged.
+    AtLeastOnce,
+    /// Exactly once: the four-packet handshake.
+    ExactlyOnce,
+}
+
+impl From<QoS> for minimq::QoS {
+    fn from(q: QoS) -> Self {
+        match q {
+            QoS::AtMostOnce => Self::AtMostOnce,
+            QoS::AtLeastOnce => Self::AtLeastOnce,
+            QoS::ExactlyOnce => Self::ExactlyOnce,
+        }
+    }
+}
+
+/// The QoS each outbound route publishes with, by route index
+/// (declaration order in `Routes`).
+#[derive(Debug, Clone, Copy)]
+pub enum RouteQos<'a> {
+    /// Every route the same.
+    All(QoS),
+    /// Route `i` uses `table[i]`; routes past the end use `AtMostOnce`.
+    Table(&'a [QoS]),
+    /// Route `i` uses `f(i)`.
+    Map(fn(usize) -> QoS),
+}
+
+impl RouteQos<'_> {
+    /// The QoS of route `route`.
+    pub fn get(&self, route: usize) -> QoS {
+        match *self {
+            Self::All(q) => q,
+            Self::Table(t) => t.get(route).copied().unwrap_or(QoS::AtMostOnce),
+            Self::Map(f) => f(route),
+        }
+    }
+}
+
+/// Connector configuration. Broker address and transport are the
+/// [`Connect`] implementation's.
+#[derive(Debug, Clone, Copy)]
+pub struct Config<'a> {
+    /// MQTT client identifier (at most 64 bytes).
+    pub client_id: &'a str,
+    /// User name and password, if the broker wants them.
+    pub credentials: Option<(&'a str, &'a [u8])>,
+    /// Keep-alive interval in seconds (0 disables keep-alive pings).
+    pub keep_alive_secs: u16,
+    /// Bound on opening the transport plus the MQTT handshake plus the
+    /// subscriptions, in milliseconds.
+    pub connect_timeout_ms: u32,
+    /// Waits between connection attempts.
+    pub backoff: Backoff,
+    /// Whether to reconnect after a failure or a drop.
+    pub reconnect: Reconnect,
+    /// QoS per outbound route.
+    pub publish_qos: RouteQos<'a>,
+    /// Maximum QoS requested for every subscription.
+    pub subscribe_qos: QoS,
+}
+
+impl<'a> Config<'a> {
+    /// Defaults: no credentials, keep-alive 30 s, connect timeout 5 s,
+    /// backoff 100 ms … 5 s, reconnect for ever, publish at QoS 0,
+    /// subscribe at up to QoS 1.
+    pub const fn new(client_id: &'a str) -> Self {
+        Self {
+            client_id,
+            credentials: None,
+            keep_alive_secs: 30,
+            connect_timeout_ms: 5_000,
+            backoff: Backoff::DEFAULT,
+            reconnect: Reconnect::Always,
+            publish_qos: RouteQos::All(QoS::AtMostOnce),
+            subscribe_qos: QoS::AtLeastOnce,
+        }
+    }
+}
+
+/// Opens a fresh byte stream to the broker, once per connection attempt.
+///
+/// The connection may borrow from the connector (an embassy-net socket
+/// borrows its RX/TX buffers), hence the lifetime.
+// `async fn` in a public trait gives no `Send` bound on its future: fine,
+// connectors run on single-threaded executors (embassy, a tokio LocalSet).
+#[allow(async_fn_in_trait)]
+pub trait Connect {
+    /// The open stream.
+    type Connection<'c>: embedded_io_async::Read + embedded_io_async::Write
+    where
+        Self: 'c;
+    /// Why opening failed.
+    type Error: fmt::Debug;
+    /// Opens the stream (TCP connect, TLS handshake, …).
+    async fn connect(&mut self) -> Result<Self::Connection<'_>, Self::Error>;
+}
+
+/// A configuration the MQTT session cannot take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The client id is longer than minimq keeps (64 bytes).
+    ClientIdTooLong,
+    /// minimq refused the configuration.
+    Invalid,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::ClientIdTooLong => "MQTT client id too long",
+            Self::Invalid => "invalid MQTT configuration",
+        })
+    }
+}
+impl core::error::Error for ConfigError {}
+
+/// Why [`Mqtt::run`] returned. It returns only when the [`Reconnect`]
+/// policy allows no further attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stopped {
+    /// The connection dropped and reconnecting is disabled.
+    Disconnected,
+    /// This many connection attempts in a row failed.
+    ConnectFailed(u32),
+}
+
+impl fmt::Display for Stopped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Disconnected => f.write_str("MQTT connection dropped; reconnect disabled"),
+            Self::ConnectFailed(n) => write!(f, "{n} MQTT connection attempt(s) failed in a row"),
+        }
+    }
+}
+impl core::error::Error for Stopped {}
+
+/// One MQTT connector: a broker session over transports opened by `C`,
+/// timed by `D`.
+pub struct Mqtt<'a, C: Connect, D: DelayNs> {
+    session: minimq::Session<'a>,
+    connect: C,
+    delay: D,
+    config: Config<'a>,
+    counters: &'a Counters,
+}
+
+impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
+    /// A connector, not yet connected.
+    ///
+    /// `rx` holds one inbound MQTT packet (size it for the largest topic +
+    /// payload the broker may send, plus ~16 bytes); `tx` holds outbound
+    /// encodes and QoS 1/2 packets awaiting acknowledgement (size it for
+    /// the largest outbound packet plus the CONNECT packet, plus what may be
+    /// in flight).
+    pub fn new(
+        config: Config<'a>,
+        rx: &'a mut [u8],
+        tx: &'a mut [u8],
+        connect: C,
+        delay: D,
+        counters: &'a Counters,
+    ) -> Result<Self, ConfigError> {
+        let map = |e: minimq::ConfigError| match e {
+            minimq::ConfigError::ClientIdTooLong => ConfigError::ClientIdTooLong,
+            _ => ConfigError::Invalid,
+        };
+        let mut b = minimq::ConfigBuilder::new(minimq::Buffers::new(rx, tx))
+            .client_id(config.client_id)
+            .map_err(map)?
+            .keepalive_interval(config.keep_alive_secs)
+            // A route's QoS above the broker's maximum is sent at the
+            // maximum rather than refused.
+            .autodowngrade_qos();
+        if let Some((user, password)) = config.credentials {
+            b = b.auth(user, password).map_err(map)?;
+        }
+        Ok(Self {
+            session: minimq::Session::new(b),
+            connect,
+            delay,
+            config,
+            counters,
+        })
+    }
+
+    /// The counters this connector updates.
+    pub fn counters(&self) -> &'a Counters {
+        self.counters
+    }
+
+    /// Runs the connector: connects, subscribes to `sink`'s filters, then
+    /// dispatches received publishes into `sink` and publishes what
+    /// `source` yields, reconnecting as configured. Returns only when the
+    /// [`Reconnect`] policy gives up.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the connection without a DISCONNECT (the
+    /// broker sees an abnormal close). No record value is lost by the drop
+    /// itself: `source` hands out a value only in the poll that returns it.
+    pub async fn run<S, M>(&mut self, sink: &mut S, source: &mut M) -> Stopped
+    where
+        S: FrameSink + ?Sized,
+        M: MessageSource + ?Sized,
+    {
+        run::run(self, sink, source).await
+    }
+}
+
+impl<C: Connect, D: DelayNs> fmt::Debug for Mqtt<'_, C, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mqtt")
+            .field("config", &self.config)
+            .field("counters", &self.counters.snapshot())
+            .finish_non_exhaustive()
+    }
+}

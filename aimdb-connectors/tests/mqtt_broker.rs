@@ -1,0 +1,1 @@
+//! MQTT connector against a real mosquitto broker (placeholder while written).
