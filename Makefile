@@ -41,11 +41,13 @@ firmware:
 	bash scripts/firmware.sh smoke --cpu cortex-m0
 	bash scripts/firmware.sh smoke --cpu cortex-m3
 
-## Deterministic gates: allocations per operation (b0). Every bench must
-## still compile.
+## Deterministic gates: allocations per operation (b0) and instructions
+## per operation under callgrind (b2; needs valgrind, `make deps`). Every
+## bench must still compile.
 bench-gate:
 	$(CARGO) bench -p aimdb-bench --no-run
 	$(CARGO) bench -p aimdb-bench --bench b0_alloc_connector
+	$(CARGO) bench -p aimdb-bench --bench b2_instructions
 
 ## Timing benches (informational; run by hand on a quiet machine).
 bench:

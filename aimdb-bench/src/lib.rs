@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+pub mod callgrind;
 pub mod fixtures;
 pub mod timing;
 

@@ -1,0 +1,523 @@
+//! B2: CPU instructions per operation under callgrind — a CI gate that a
+//! loaded shared host cannot make flaky.
+//!
+//! The same hot paths as b0 (row names mirror b0 where they overlap), plus
+//! the parked pull at 8 and 4096 routes (b1's `outbound_routes` column).
+//! Each row runs in its own child process under
+//! `valgrind --tool=callgrind` (see `aimdb_bench::callgrind`): fixture
+//! and [`WARMUP`] operations uncounted, then [`OPS`] and `2 * OPS` counted
+//! operations; the difference divided by [`OPS`] is one operation.
+//! Operations use values that cycle with period 8, so every batch of 8 costs
+//! the same and the two loops are comparable.
+//!
+//! Exits non-zero if valgrind is missing, a row fails or is missing, a row
+//! has no limit, or a row is more than [`TOLERANCE`] over its limit in
+//! `data/baselines/b2_instructions.json`, or if the 4096-route parked pull
+//! costs more than [`FLAT`] away from the 8-route one. Rows more than
+//! [`IMPROVED`] under their limit are printed so the limit can be tightened
+//! in the same commit.
+//!
+//! `B2_WRITE_BASELINE=1` rewrites the baseline from this run (commit it with
+//! the reason); `B2_FILTER=text` measures only rows containing `text` (no
+//! JSON, no missing-row check); `B2_JOBS=n` runs `n` children at a time
+//! (default: the core count; counts do not depend on it). Callgrind dumps
+//! stay in `target/bench-results/b2_callgrind/ROW.out.{1,2}` for
+//! `callgrind_annotate`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Instant;
+
+use aimdb_bench::callgrind::{self, Counts};
+use aimdb_bench::fixtures::{self, leak, payload};
+use aimdb_core::codec::Postcard;
+use aimdb_core::outbound::{Link as OutLink, Route, Routes, TopicWriter, Written};
+use aimdb_core::sync::Readiness;
+use serde_json::{json, Value};
+
+/// Uncounted operations before the measured loops.
+const WARMUP: usize = 256;
+/// Operations in the first measured loop (the second runs twice as many).
+/// A multiple of 8, the period of every row's inputs.
+const OPS: usize = 2000;
+/// A row fails when it is more than this fraction over its limit.
+const TOLERANCE: f64 = 0.02;
+/// A row this fraction under its limit is reported as improved.
+const IMPROVED: f64 = 0.05;
+/// The 4096-route parked pull may differ from the 8-route one by this much.
+const FLAT: f64 = 0.02;
+/// The rows that must stay flat, smaller route count first.
+const FLAT_ROWS: (&str, &str) = ("outbound_routes_parked_8", "outbound_routes_parked_4096");
+
+const BASELINE: &str = "data/baselines/b2_instructions.json";
+
+/// Every row, in report order, and what one operation is.
+const ROWS: &[(&str, &str)] = &[
+    (
+        "inbound_dispatch",
+        "dispatch one frame, exact topic, 8 routes",
+    ),
+    (
+        "inbound_dispatch_pattern",
+        "dispatch one frame, `+` pattern, 8 routes",
+    ),
+    (
+        "inbound_dispatch_keyed_known",
+        "dispatch one frame to a known key, 8 keyed routes",
+    ),
+    (
+        "outbound_next_static_topic",
+        "write a record, next() delivers it (static topic)",
+    ),
+    (
+        "outbound_next_written_topic",
+        "write a record, next() delivers it (written topic)",
+    ),
+    (
+        "outbound_next_round_robin",
+        "next() among 8 ready routes (8 writes every 8 pulls)",
+    ),
+    (
+        "outbound_next_parked",
+        "next() parks, a write wakes it, next() delivers (8 routes)",
+    ),
+    (
+        "outbound_routes_parked_8",
+        "parked pull, last of 8 routes busy",
+    ),
+    (
+        "outbound_routes_parked_4096",
+        "parked pull, last of 4096 routes busy",
+    ),
+];
+
+/// The value written by operation `i`: period 8, two postcard bytes.
+fn value(i: usize) -> u32 {
+    1000 + (i % 8) as u32
+}
+
+/// Polls `fut` once with a no-op waker; it must be ready.
+fn ready<F: Future>(fut: F) -> F::Output {
+    let mut cx = Context::from_waker(Waker::noop());
+    match pin!(fut).poll(&mut cx) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("expected a ready future"),
+    }
+}
+
+/// A waker that records that it was woken.
+#[derive(Default)]
+struct Flag(AtomicBool);
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::Release);
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+fn written(v: &u32, w: &mut TopicWriter<'_>) -> std::fmt::Result {
+    write!(w, "dev/{}/value", v % 100)
+}
+
+/// `n` static routes; each operation pulls with nothing ready (the pull
+/// registers and parks), writes route `busy`'s record (which wakes the
+/// puller) and pulls again (which delivers).
+fn parked(n: usize, busy: usize) -> Box<dyn FnMut(usize)> {
+    let mut f = fixtures::outbound_static(n);
+    let flag = Arc::new(Flag::default());
+    let waker = Waker::from(flag.clone());
+    Box::new(move |i| {
+        let mut cx = Context::from_waker(&waker);
+        let mut pull = pin!(f.routes.next());
+        assert!(pull.as_mut().poll(&mut cx).is_pending(), "parks");
+        f.records[busy].write(value(i));
+        assert!(flag.0.swap(false, Ordering::Acquire), "woken");
+        let Poll::Ready(m) = pull.as_mut().poll(&mut cx) else {
+            panic!("ready after the wake");
+        };
+        assert_eq!(m.route, busy);
+        black_box(m.payload);
+    })
+}
+
+/// The fixture and operation of `row` (built before anything is counted).
+fn operation(row: &str) -> Option<Box<dyn FnMut(usize)>> {
+    let p = payload(0x0101_0101);
+    Some(match row {
+        "inbound_dispatch" => {
+            let mut f = fixtures::inbound_exact(8);
+            Box::new(move |i| {
+                f.dispatch
+                    .dispatch(&f.topics[i % 8], &p)
+                    .expect("exact hit");
+            })
+        }
+        "inbound_dispatch_pattern" => {
+            let mut f = fixtures::inbound_pattern(8);
+            Box::new(move |i| {
+                f.dispatch
+                    .dispatch(&f.topics[i % 8], &p)
+                    .expect("pattern hit");
+            })
+        }
+        "inbound_dispatch_keyed_known" => {
+            let mut f = fixtures::inbound_keyed_known(8);
+            Box::new(move |i| {
+                f.dispatch
+                    .dispatch(&f.topics[i % 8], &p)
+                    .expect("known key");
+            })
+        }
+        "outbound_next_static_topic" => {
+            let mut f = fixtures::outbound_static(8);
+            Box::new(move |i| {
+                f.records[0].write(value(i));
+                let m = ready(f.routes.next());
+                assert_eq!(m.route, 0);
+                black_box(m.payload);
+            })
+        }
+        "outbound_next_written_topic" => {
+            type WrittenFn = fn(&u32, &mut TopicWriter<'_>) -> std::fmt::Result;
+            let recs = fixtures::records(1);
+            let ready_bits: &'static Readiness<1> = leak(Readiness::new());
+            let link = leak(OutLink::new(
+                recs[0].subscribe().expect("reader"),
+                Written(written as WrittenFn),
+                Postcard,
+            ));
+            let mut b =
+                Routes::<_, 1, 1>::builder(ready_bits, leak([0x5au8; 64]), leak([0x5au8; 64]));
+            b.link(link as &mut dyn Route);
+            let mut routes = b.build().expect("config");
+            Box::new(move |i| {
+                recs[0].write(value(i));
+                let m = ready(routes.next());
+                assert!(m.topic.starts_with("dev/"));
+                black_box(m.payload);
+            })
+        }
+        "outbound_next_round_robin" => {
+            let mut f = fixtures::outbound_static(8);
+            Box::new(move |i| {
+                if i % 8 == 0 {
+                    for (k, r) in f.records.iter().enumerate() {
+                        r.write(value(i + k));
+                    }
+                }
+                let m = ready(f.routes.next());
+                assert_eq!(m.route, i % 8, "served in rotation");
+                black_box(m.payload);
+            })
+        }
+        "outbound_next_parked" => parked(8, 3),
+        "outbound_routes_parked_8" => parked(8, 7),
+        "outbound_routes_parked_4096" => parked(4096, 4095),
+        _ => return None,
+    })
+}
+
+/// The child: measure one row under callgrind.
+fn child(row: &str, ops: usize) -> ExitCode {
+    let Some(mut op) = operation(row) else {
+        eprintln!("unknown row {row}");
+        return ExitCode::FAILURE;
+    };
+    callgrind::run_child(WARMUP, ops, &mut *op);
+    ExitCode::SUCCESS
+}
+
+/// Runs the children, `jobs` at a time; results in `rows` order.
+fn measure_all(rows: &[&'static str], jobs: usize) -> Vec<Result<Counts, String>> {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            return rows
+                .iter()
+                .map(|_| Err(format!("current_exe: {e}")))
+                .collect()
+        }
+    };
+    let dir = aimdb_bench::results_dir().join("b2_callgrind");
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        return rows
+            .iter()
+            .map(|_| Err(format!("{}: {e}", dir.display())))
+            .collect();
+    }
+    let next = AtomicUsize::new(0);
+    let results = Mutex::new(vec![None; rows.len()]);
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, rows.len().max(1)) {
+            s.spawn(|| loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let Some(row) = rows.get(k) else { break };
+                let r = callgrind::measure_row(&exe, row, OPS, &dir);
+                results.lock().expect("no panics while locked")[k] = Some(r);
+            });
+        }
+    });
+    results
+        .into_inner()
+        .expect("no panics while locked")
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err("not run".to_string())))
+        .collect()
+}
+
+/// One committed limit.
+struct Limit {
+    per_op: f64,
+    rustc: String,
+}
+
+fn baseline_path() -> std::path::PathBuf {
+    aimdb_bench::workspace_root().join(BASELINE)
+}
+
+fn load_baseline() -> Result<BTreeMap<String, Limit>, String> {
+    let path = baseline_path();
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{BASELINE}: {e}"))?;
+    let mut limits = BTreeMap::new();
+    for r in v["rows"].as_array().ok_or(format!("{BASELINE}: no rows"))? {
+        let (Some(row), Some(per_op)) = (r["row"].as_str(), r["instructions_per_op"].as_f64())
+        else {
+            return Err(format!("{BASELINE}: malformed row {r}"));
+        };
+        let rustc = r["rustc"].as_str().unwrap_or("unknown").to_string();
+        limits.insert(row.to_string(), Limit { per_op, rustc });
+    }
+    Ok(limits)
+}
+
+fn write_baseline(measured: &[(&str, f64)], rustc: &str, valgrind: &str) -> Result<(), String> {
+    let rows: Vec<Value> = measured
+        .iter()
+        .map(|&(row, per_op)| {
+            json!({
+                "row": row,
+                "instructions_per_op": (per_op * 1000.0).round() / 1000.0,
+                "rustc": rustc,
+                "valgrind": valgrind,
+            })
+        })
+        .collect();
+    let doc = json!({
+        "bench": "b2_instructions",
+        "note": "Instruction limits per operation under callgrind; a row more than 2 % over its limit fails `make bench-gate`. Regenerate with `B2_WRITE_BASELINE=1 cargo bench -p aimdb-bench --bench b2_instructions` and commit with the reason. Counts hold for the rustc named per row.",
+        "host": aimdb_bench::host(),
+        "ops": OPS,
+        "warmup": WARMUP,
+        "rows": rows,
+    });
+    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n";
+    std::fs::write(baseline_path(), text).map_err(|e| format!("{BASELINE}: {e}"))
+}
+
+fn main() -> ExitCode {
+    if let Some((row, ops)) = callgrind::child() {
+        return child(&row, ops);
+    }
+    let started = Instant::now();
+    let filter = std::env::var("B2_FILTER").ok();
+    let write = std::env::var_os("B2_WRITE_BASELINE").is_some_and(|v| v == "1");
+    let jobs = std::env::var("B2_JOBS")
+        .ok()
+        .and_then(|j| j.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+
+    let valgrind = match callgrind::valgrind_version() {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("FAIL: {e}");
+            println!("b2_instructions: not run");
+            return ExitCode::FAILURE;
+        }
+    };
+    if write && filter.is_some() {
+        eprintln!("FAIL: B2_WRITE_BASELINE needs every row; unset B2_FILTER");
+        return ExitCode::FAILURE;
+    }
+    let rustc = callgrind::rustc_version();
+    let rows: Vec<&'static str> = ROWS
+        .iter()
+        .map(|&(r, _)| r)
+        .filter(|r| filter.as_deref().is_none_or(|f| r.contains(f)))
+        .collect();
+    let results = measure_all(&rows, jobs);
+
+    let mut problems = Vec::new();
+    let mut measured: Vec<(&str, f64)> = Vec::new();
+    let mut counts = BTreeMap::new();
+    for (row, r) in rows.iter().zip(results) {
+        match r {
+            Ok(c) => {
+                measured.push((row, c.per_op(OPS)));
+                counts.insert(*row, c);
+            }
+            Err(e) => problems.push(e),
+        }
+    }
+    if write && problems.is_empty() {
+        match write_baseline(&measured, &rustc, &valgrind) {
+            Ok(()) => println!("wrote {BASELINE} from this run"),
+            Err(e) => problems.push(e),
+        }
+    }
+    let limits = load_baseline().unwrap_or_else(|e| {
+        problems.push(format!("baseline: {e}"));
+        BTreeMap::new()
+    });
+
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "{:<30} {:>12} {:>12} {:>9}  status",
+        "row", "limit", "instr/op", "vs limit"
+    );
+    let mut improved = Vec::new();
+    let mut json_rows = Vec::new();
+    let mut mismatched_rustc = false;
+    for &(row, per_op) in &measured {
+        let limit = limits.get(row);
+        let delta = limit.map(|l| per_op / l.per_op - 1.0);
+        let status = match delta {
+            None => {
+                problems.push(format!(
+                    "{row}: no limit in {BASELINE} (B2_WRITE_BASELINE=1 adds it)"
+                ));
+                "NO LIMIT"
+            }
+            Some(d) if d > TOLERANCE => {
+                problems.push(format!(
+                    "{row}: {per_op:.2} instructions/op, {:+.2} % over the limit {:.2}",
+                    d * 100.0,
+                    limit.map_or(0.0, |l| l.per_op)
+                ));
+                "OVER"
+            }
+            Some(d) if d < -IMPROVED => {
+                improved.push(format!(
+                    "{row}: {per_op:.2} instructions/op, {:.2} % under the limit {:.2}",
+                    -d * 100.0,
+                    limit.map_or(0.0, |l| l.per_op)
+                ));
+                "improved"
+            }
+            Some(_) => "ok",
+        };
+        if limit.is_some_and(|l| l.rustc != rustc) {
+            mismatched_rustc = true;
+        }
+        let _ = writeln!(
+            table,
+            "{row:<30} {:>12} {per_op:>12.2} {:>9}  {status}",
+            limit.map_or("-".to_string(), |l| format!("{:.2}", l.per_op)),
+            delta.map_or("-".to_string(), |d| format!("{:+.2}%", d * 100.0)),
+        );
+        let c = counts[row];
+        json_rows.push(json!({
+            "row": row,
+            "instructions_per_op": per_op,
+            "limit": limit.map(|l| l.per_op),
+            "vs_limit_pct": delta.map(|d| d * 100.0),
+            "status": status,
+            "loop_instructions": [c.first, c.second],
+        }));
+    }
+    if filter.is_none() {
+        for &(row, _) in ROWS {
+            if !measured.iter().any(|&(r, _)| r == row) {
+                problems.push(format!("row {row} is missing"));
+            }
+        }
+        for row in limits.keys() {
+            if !ROWS.iter().any(|&(r, _)| r == row) {
+                problems.push(format!("{BASELINE} has a limit for unknown row {row}"));
+            }
+        }
+    }
+
+    let per = |name: &str| measured.iter().find(|&&(r, _)| r == name).map(|m| m.1);
+    let mut flat = Value::Null;
+    if let (Some(small), Some(large)) = (per(FLAT_ROWS.0), per(FLAT_ROWS.1)) {
+        let ratio = large / small;
+        let held = (ratio - 1.0).abs() <= FLAT;
+        let _ = writeln!(
+            table,
+            "flat: {} / {} = {ratio:.4} (bound 1 ± {FLAT}): {}",
+            FLAT_ROWS.1,
+            FLAT_ROWS.0,
+            if held { "held" } else { "BROKEN" }
+        );
+        if !held {
+            problems.push(format!(
+                "{} costs {:.2} % more than {} (bound {} %)",
+                FLAT_ROWS.1,
+                (ratio - 1.0) * 100.0,
+                FLAT_ROWS.0,
+                FLAT * 100.0
+            ));
+        }
+        flat = json!({"rows": [FLAT_ROWS.0, FLAT_ROWS.1], "ratio": ratio, "bound": FLAT, "held": held});
+    }
+
+    print!("{table}");
+    for i in &improved {
+        println!("IMPROVED (tighten the limit in {BASELINE}): {i}");
+    }
+    println!("rustc: {rustc}; {valgrind}; host: {}", aimdb_bench::host());
+    if mismatched_rustc {
+        println!(
+            "note: some limits were recorded with another rustc (see {BASELINE}); counts depend on the compiler"
+        );
+    }
+    if filter.is_none() {
+        let doc = json!({
+            "bench": "b2_instructions",
+            "host": aimdb_bench::host(),
+            "rustc": rustc,
+            "valgrind": valgrind,
+            "ops": OPS,
+            "warmup": WARMUP,
+            "tolerance_pct": TOLERANCE * 100.0,
+            "rows": json_rows,
+            "flat": flat,
+        });
+        match aimdb_bench::write_json("b2_instructions", &doc) {
+            Ok(p) => println!("wrote {}", p.display()),
+            Err(e) => problems.push(format!("writing JSON: {e}")),
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    if problems.is_empty() {
+        println!(
+            "b2_instructions: {} rows passed in {secs:.1} s",
+            measured.len()
+        );
+        ExitCode::SUCCESS
+    } else {
+        for p in &problems {
+            eprintln!("FAIL: {p}");
+        }
+        if mismatched_rustc {
+            eprintln!("(limits were recorded with another rustc than {rustc})");
+        }
+        println!(
+            "b2_instructions: {} problem(s) in {secs:.1} s",
+            problems.len()
+        );
+        ExitCode::FAILURE
+    }
+}
