@@ -2,7 +2,8 @@
 //! loaded shared host cannot make flaky.
 //!
 //! The same hot paths as b0 (row names mirror b0 where they overlap), plus
-//! the parked pull at 8 and 4096 routes (b1's `outbound_routes` column).
+//! the parked pull at 8 and 4096 routes (b1's `outbound_routes` column)
+//! and the framed-stream connector's encode and decode of one frame.
 //! Each row runs in its own child process under
 //! `valgrind --tool=callgrind` (see `aimdb_bench::callgrind`): fixture
 //! and [`WARMUP`] operations uncounted, then [`OPS`] and `2 * OPS` counted
@@ -37,6 +38,7 @@ use std::time::Instant;
 
 use aimdb_bench::callgrind::{self, Counts};
 use aimdb_bench::fixtures::{self, leak, payload};
+use aimdb_connectors::framed::frame;
 use aimdb_core::codec::Postcard;
 use aimdb_core::outbound::{Link as OutLink, Route, Routes, TopicWriter, Written};
 use aimdb_core::sync::Readiness;
@@ -96,6 +98,14 @@ const ROWS: &[(&str, &str)] = &[
         "outbound_routes_parked_4096",
         "parked pull, last of 4096 routes busy",
     ),
+    (
+        "framed_encode",
+        "encode one frame (11-byte topic, 2-byte payload)",
+    ),
+    (
+        "framed_decode",
+        "decode one whole frame pushed in one chunk",
+    ),
 ];
 
 /// The value written by operation `i`: period 8, two postcard bytes.
@@ -123,6 +133,11 @@ impl Wake for Flag {
     fn wake_by_ref(self: &Arc<Self>) {
         self.0.store(true, Ordering::Release);
     }
+}
+
+/// The topics of the framed rows, `dev/{k}/value` (11 bytes).
+fn frame_topics() -> [&'static str; 8] {
+    core::array::from_fn(|k| &*String::leak(format!("dev/{k}/value")))
 }
 
 fn written(v: &u32, w: &mut TopicWriter<'_>) -> std::fmt::Result {
@@ -223,6 +238,36 @@ fn operation(row: &str) -> Option<Box<dyn FnMut(usize)>> {
         "outbound_next_parked" => parked(8, 3),
         "outbound_routes_parked_8" => parked(8, 7),
         "outbound_routes_parked_4096" => parked(4096, 4095),
+        "framed_encode" => {
+            let topics = frame_topics();
+            let payloads: Vec<Vec<u8>> = (0..8).map(|k| payload(value(k))).collect();
+            let mut out = [0x5au8; 64];
+            Box::new(move |i| {
+                let n = frame::encode(topics[i % 8], &payloads[i % 8], &mut out).expect("fits");
+                black_box(&out[..n]);
+            })
+        }
+        "framed_decode" => {
+            let topics = frame_topics();
+            let frames: Vec<Vec<u8>> = (0..8)
+                .map(|k| {
+                    let mut out = [0x5au8; 64];
+                    let n = frame::encode(topics[k], &payload(value(k)), &mut out).expect("fits");
+                    out[..n].to_vec()
+                })
+                .collect();
+            let mut decoder = frame::Decoder::<{ frame::MAX_FRAME }>::new();
+            Box::new(move |i| {
+                let bytes = &frames[i % 8];
+                match decoder.push(bytes) {
+                    frame::Event::Frame(f, n) => {
+                        assert_eq!(n, bytes.len());
+                        black_box(f);
+                    }
+                    e => panic!("expected a frame, got {e:?}"),
+                }
+            })
+        }
         _ => return None,
     })
 }
