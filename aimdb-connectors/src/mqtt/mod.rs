@@ -110,9 +110,9 @@
 
 mod backoff;
 mod counters;
-mod run;
 #[cfg(feature = "tokio")]
 mod host;
+mod run;
 
 use core::fmt;
 

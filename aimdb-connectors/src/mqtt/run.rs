@@ -9,7 +9,7 @@ use aimdb_core::topic::MAX_TOPIC_LEN;
 use embassy_futures::select::{select, Either};
 use embedded_hal_async::delay::DelayNs;
 use minimq::{
-    ConnectEvent, Connection, Io, Publication, PubError, ResourceError, SubscriptionOptions,
+    ConnectEvent, Connection, Io, PubError, Publication, ResourceError, SubscriptionOptions,
     TopicFilter,
 };
 
@@ -170,7 +170,9 @@ where
             progress(conn, sink, counters).await?;
             continue;
         }
-        let r = conn.publish(Publication::bytes(m.topic, m.payload).qos(q)).await;
+        let r = conn
+            .publish(Publication::bytes(m.topic, m.payload).qos(q))
+            .await;
         let e = match r {
             Ok(_) => {
                 counters.bump_published();
@@ -184,8 +186,7 @@ where
             }
         };
         match e {
-            minimq::Error::NotReady
-            | minimq::Error::Resource(ResourceError::InflightExhausted) => {
+            minimq::Error::NotReady | minimq::Error::Resource(ResourceError::InflightExhausted) => {
                 progress(conn, sink, counters).await?;
             }
             // Transient while acknowledged packets still occupy the TX
