@@ -638,3 +638,81 @@ async fn reconnecting_disabled_stops_at_the_first_drop() {
     assert_eq!(stopped, Stopped::ConnectFailed(3));
     assert_eq!(counters.connect_failures(), 3);
 }
+
+/// Reads one MQTT packet: (first header byte, body).
+async fn read_packet(s: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
+    use tokio::io::AsyncReadExt;
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b).await.expect("packet header");
+    let kind = b[0];
+    let (mut len, mut shift) = (0usize, 0);
+    loop {
+        s.read_exact(&mut b).await.expect("remaining length");
+        len |= usize::from(b[0] & 0x7f) << shift;
+        shift += 7;
+        if b[0] & 0x80 == 0 {
+            break;
+        }
+    }
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).await.expect("packet body");
+    (kind, body)
+}
+
+/// A broker that goes quiet: a missed PINGRESP and a CONNACK that never
+/// comes both end in a new connection. (mosquitto always answers, so this
+/// side is played by a hand-written listener.)
+#[tokio::test]
+async fn missed_ping_response_and_missing_connack_lead_to_reconnect() {
+    const CONNECT: u8 = 0x10;
+    const PINGREQ: u8 = 0xc0;
+    // MQTT 5 CONNACK: no session present, success, no properties.
+    const CONNACK: [u8; 5] = [0x20, 0x03, 0x00, 0x00, 0x00];
+    static READY: Readiness<1> = Readiness::new();
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
+    let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
+    let mut routes = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic)
+        .build()
+        .unwrap();
+    let counters = Counters::new();
+    let (mut rx, mut tx) = ([0u8; 256], [0u8; 256]);
+    let mut c = config("aimdb-quiet");
+    c.keep_alive_secs = 1;
+    c.connect_timeout_ms = 500;
+    let connect = TcpConnect::new(addr(port));
+    let mut mqtt = Mqtt::new(c, &mut rx, &mut tx, connect, TokioDelay, &counters).unwrap();
+
+    alongside(mqtt.run(&mut inbound, &mut routes), async {
+        // 1: answers CONNECT, then swallows PINGREQs.
+        let (mut first, _) = recv("connection 1", listener.accept()).await.unwrap();
+        let (kind, _) = recv("CONNECT", read_packet(&mut first)).await;
+        assert_eq!(kind & 0xf0, CONNECT);
+        first.write_all(&CONNACK).await.unwrap();
+        until("connected", || counters.is_connected()).await;
+        let (kind, _) = recv("PINGREQ", read_packet(&mut first)).await;
+        assert_eq!(kind, PINGREQ);
+        until("the missed PINGRESP to drop the connection", || {
+            !counters.is_connected()
+        })
+        .await;
+
+        // 2: accepts TCP, never sends CONNACK.
+        let (_second, _) = recv("connection 2", listener.accept()).await.unwrap();
+        until("the connect timeout", || counters.connect_failures() == 1).await;
+
+        // 3: a working broker again.
+        let (mut third, _) = recv("connection 3", listener.accept()).await.unwrap();
+        let (kind, _) = recv("CONNECT", read_packet(&mut third)).await;
+        assert_eq!(kind & 0xf0, CONNECT);
+        third.write_all(&CONNACK).await.unwrap();
+        until("reconnected", || {
+            counters.is_connected() && counters.reconnects() == 1
+        })
+        .await;
+        drop(first);
+    })
+    .await;
+}
