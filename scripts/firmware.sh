@@ -154,7 +154,8 @@ cpu_target() {
     esac
 }
 
-fw_elf() { echo "$TARGET_DIR/$1/release/$FW_NAME"; }
+# fw_elf TARGET [BIN]: the ELF of one of the firmware binaries.
+fw_elf() { echo "$TARGET_DIR/$1/release/${2:-selftest}"; }
 
 # build_firmware TARGET [cargo args...]
 build_firmware() {

@@ -6,6 +6,12 @@
 //! (a panic or a hard fault also exits 1). Built and run by
 //! `scripts/firmware.sh smoke [--cpu cortex-m3|cortex-m0]`.
 //!
+//! The last check, `device_app`, runs the demo device (`firmware_qemu::app`:
+//! sensor, control and connector tasks, as on UART0) against a scripted
+//! peer over an in-memory pipe: readings arrive exactly once and in order,
+//! garbage on the line is counted and skipped, and commands round-trip to
+//! a status.
+//!
 //! Adding a check: write `fn my_check() -> bool` (use [`ensure!`] for each
 //! condition) and add it to [`SYNC_CHECKS`]; an async check is an
 //! `async fn(Spawner) -> bool` called from `main` through [`Tally::check`].
@@ -32,6 +38,7 @@ use cortex_m_rt::{exception, ExceptionFrame};
 use cortex_m_semihosting::{debug, hprintln};
 use embassy_executor::Spawner;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+use firmware_qemu::time;
 
 /// Fails the enclosing `fn() -> bool` check, printing the condition and line.
 macro_rules! ensure {
@@ -42,6 +49,8 @@ macro_rules! ensure {
         }
     };
 }
+
+mod peer;
 
 /// Counts check results.
 #[derive(Default)]
@@ -579,12 +588,19 @@ async fn outbound_routes(spawner: Spawner) -> bool {
 #[embassy_executor::main]
 async fn main(spawner: Spawner) {
     hprintln!("aimdb-core firmware self-test");
+    let Some(p) = cortex_m::Peripherals::take() else {
+        hprintln!("FAIL peripherals");
+        debug::exit(debug::EXIT_FAILURE);
+        return;
+    };
+    time::init(p.SYST);
     let mut t = Tally::default();
     for &(name, run) in SYNC_CHECKS {
         t.check(name, run());
     }
     t.check("async_recv_ping_pong", async_recv_ping_pong(spawner).await);
     t.check("outbound_routes", outbound_routes(spawner).await);
+    t.check("device_app", peer::device_app(spawner).await);
 
     hprintln!("firmware: {} passed, {} failed", t.passed, t.failed);
     debug::exit(if t.failed == 0 { debug::EXIT_SUCCESS } else { debug::EXIT_FAILURE });
@@ -592,6 +608,11 @@ async fn main(spawner: Spawner) {
     loop {
         cortex_m::asm::wfi();
     }
+}
+
+#[exception]
+fn SysTick() {
+    time::on_tick();
 }
 
 #[panic_handler]

@@ -1,0 +1,48 @@
+//! What the demo device and its gateway say to each other: record types and
+//! topics. Payloads are postcard on the device link and JSON on MQTT.
+#![no_std]
+
+use serde::{Deserialize, Serialize};
+
+/// Device → host: one sensor reading, `seq` counting from 0 since boot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reading {
+    /// Sequence number (0, 1, 2, …), so a receiver can prove exactly-once.
+    pub seq: u32,
+    /// Temperature in hundredths of a degree Celsius.
+    pub centi_celsius: i32,
+}
+
+/// Host → device: an instruction (latest wins, taken once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Switch the LED.
+    SetLed(bool),
+    /// Change the reading interval (milliseconds, at least 1).
+    SetInterval(u16),
+    /// Echo `id` back in the next status.
+    Ping(u32),
+}
+
+/// Device → host: the device's state after the last command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Status {
+    /// LED state.
+    pub led: bool,
+    /// Reading interval in milliseconds.
+    pub interval_ms: u16,
+    /// Commands applied since boot.
+    pub commands: u32,
+    /// `id` of the last `Ping`.
+    pub last_ping: u32,
+}
+
+/// Topics on the device link (and, under a prefix, on MQTT).
+pub mod topics {
+    /// Readings, device → host.
+    pub const READINGS: &str = "dev/readings";
+    /// Status, device → host.
+    pub const STATUS: &str = "dev/status";
+    /// Commands, host → device.
+    pub const CMD: &str = "dev/cmd";
+}
