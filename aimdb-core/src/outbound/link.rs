@@ -128,6 +128,9 @@ pub struct Produced {
     pub payload: Payload,
     /// Values lost to `Ring` lag just before this one.
     pub lagged: u64,
+    /// The source may hold more: poll the route again. `false`: the source
+    /// registered the waker and the route waits for it.
+    pub more: bool,
 }
 
 /// A route's value was skipped.
@@ -239,17 +242,17 @@ where
         out: &mut Out<'_>,
     ) -> Poll<Result<Produced, RouteError>> {
         let mut lagged = 0u64;
-        let value = loop {
-            match self.source.poll_recv(cx) {
+        let (value, armed) = loop {
+            match self.source.poll_recv_armed(cx) {
                 // A `Ring` reader always has a value right after `Lagged`
                 // (its cursor moved to the oldest value held), so no lag is
                 // dropped here.
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(RecvError::Lagged(n))) => lagged += n,
-                Poll::Ready(Ok(v)) => break v,
+                Poll::Ready((Err(RecvError::Lagged(n)), _)) => lagged += n,
+                Poll::Ready((Ok(v), armed)) => break (v, armed),
             }
         };
-        let r = self.produce(&value, out, lagged);
+        let r = self.produce(&value, out, lagged, !armed);
         if r.is_err() {
             self.errors = self.errors.wrapping_add(1);
         }
@@ -276,6 +279,7 @@ where
         value: &S::Item,
         out: &mut Out<'_>,
         lagged: u64,
+        more: bool,
     ) -> Result<Produced, RouteError> {
         let topic_len = match self.topic.fixed() {
             Some(_) => None,
@@ -296,6 +300,7 @@ where
             topic_len,
             payload,
             lagged,
+            more,
         })
     }
 }

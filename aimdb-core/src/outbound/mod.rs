@@ -252,11 +252,14 @@ impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Routes<'a, H, W,
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.current = None;
         loop {
+            // Take new ready bits on every pull, not only when the private
+            // set ran dry: a route armed while delivering its last value is
+            // only ever re-polled through its bit, and must not wait behind
+            // a `Ring` burst for longer than one round. Nothing ready costs
+            // one load.
+            self.pending.absorb(self.ready.readiness());
             let Some(i) = self.pending.pop() else {
                 let ready = self.ready.readiness();
-                if self.pending.absorb(ready) {
-                    continue;
-                }
                 // Register first, then look again: a mark that lands after
                 // this second look finds our waker in the slot.
                 ready.register_transport(cx.waker());
@@ -279,19 +282,24 @@ impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Routes<'a, H, W,
             match route.poll_produce(&mut rcx, &mut out) {
                 // The reader registered the route waker.
                 Poll::Pending => continue,
-                Poll::Ready(r) => {
-                    // The reader may hold more (a `Ring` burst): look again
-                    // after the other ready routes had their turn.
-                    self.pending.set(i);
-                    match r {
-                        Ok(p) => {
-                            self.stats.sent = self.stats.sent.wrapping_add(1);
-                            self.stats.lagged += p.lagged;
-                            self.current = Some((i, p));
-                            return Poll::Ready(());
-                        }
-                        Err(e) => self.count(e),
+                Poll::Ready(Ok(p)) => {
+                    // The reader holds more (a `Ring` burst): look again
+                    // after the other ready routes had their turn. Otherwise
+                    // it registered the route waker while taking the value,
+                    // so no second poll is needed to park it.
+                    if p.more {
+                        self.pending.set(i);
                     }
+                    self.stats.sent = self.stats.sent.wrapping_add(1);
+                    self.stats.lagged += p.lagged;
+                    self.current = Some((i, p));
+                    return Poll::Ready(());
+                }
+                Poll::Ready(Err(e)) => {
+                    // Whether the reader was armed is not carried by an
+                    // error (rare): look again.
+                    self.pending.set(i);
+                    self.count(e);
                 }
             }
         }

@@ -29,6 +29,9 @@ pub trait Buffer: sealed::Sealed {
     fn subscribe(&self) -> Self::Cursor;
     /// Takes the next value for the reader at `cursor`.
     fn take(&mut self, cursor: &mut Self::Cursor) -> Take<Self::Item>;
+    /// Whether a `take` at `cursor` would return something other than
+    /// [`Take::Empty`].
+    fn has_more(&self, cursor: &Self::Cursor) -> bool;
     /// Re-arms `cursor` so the current value is delivered again, for kinds
     /// where that is meaningful (`Latest`: state is re-published after a
     /// transport reconnects). Streams and commands are not replayed.
@@ -82,6 +85,10 @@ impl<T: Clone> Buffer for Latest<T> {
         }
     }
 
+    fn has_more(&self, cursor: &u32) -> bool {
+        self.value.is_some() && *cursor != self.seq
+    }
+
     fn take(&mut self, cursor: &mut u32) -> Take<T> {
         match &self.value {
             Some(v) if *cursor != self.seq => {
@@ -127,6 +134,10 @@ impl<T: Clone, const N: usize> Buffer for Ring<T, N> {
         self.head
     }
 
+    fn has_more(&self, cursor: &u64) -> bool {
+        *cursor < self.head
+    }
+
     fn take(&mut self, cursor: &mut u64) -> Take<T> {
         if *cursor >= self.head {
             return Take::Empty;
@@ -167,6 +178,10 @@ impl<T> Buffer for Mailbox<T> {
     }
 
     fn subscribe(&self) {}
+
+    fn has_more(&self, _: &()) -> bool {
+        self.value.is_some()
+    }
 
     fn take(&mut self, _: &mut ()) -> Take<T> {
         match self.value.take() {

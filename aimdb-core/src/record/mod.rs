@@ -33,6 +33,7 @@ mod reader;
 
 use core::cell::RefCell;
 use core::fmt;
+use core::task::Waker;
 
 use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
@@ -43,7 +44,7 @@ pub use keyed::{KeyError, Keyed, KeyedSink, KEY_MAX_LEN};
 pub use keyed::{KeySlot, KeyedVec};
 pub use reader::{Reader, Recv, Source};
 
-use crate::sync::{loom_const_fn, WakerSlot};
+use crate::sync::loom_const_fn;
 
 /// A named, typed value slot with buffer kind `B` and room for `R` readers.
 ///
@@ -52,15 +53,34 @@ use crate::sync::{loom_const_fn, WakerSlot};
 pub struct Record<M: RawMutex, B: Buffer, const R: usize> {
     name: &'static str,
     state: Mutex<M, RefCell<State<B, R>>>,
-    wakers: [WakerSlot; R],
 }
 
+/// Everything a write and a read touch, behind the record's one lock.
+///
+/// The readers' wakers live here rather than in atomic waker slots: a read
+/// that finds nothing stores its waker and sets its `waiting` bit in the
+/// same critical section as the look, and a write takes the wakers of the
+/// waiting readers in the critical section of the push. One section per
+/// read and one per write, no extra atomics; wakes (and drops of replaced
+/// wakers) still run after the section ends.
 struct State<B: Buffer, const R: usize> {
     buf: B,
     cursors: [Option<B::Cursor>; R],
-    /// Bit `i`: reader `i` registered a waker and waits for a write.
+    /// Reader `i`'s waker, kept while it is waiting (and after a wake until
+    /// the reader replaces it, so `will_wake` saves the clone).
+    wakers: [Option<Waker>; R],
+    /// Bit `i`: reader `i`'s waker is stored and it waits for a write.
     waiting: u32,
     writes: u64,
+}
+
+/// The result of one receive attempt: what was taken and whether the
+/// reader is now registered for the next write (see [`Record::take`]).
+pub(crate) struct Taken<T> {
+    pub(crate) take: Take<T>,
+    /// The waker is stored and the waiting bit set: no need to look again
+    /// before that waker is woken.
+    pub(crate) armed: bool,
 }
 
 /// Subscribing to a record failed.
@@ -132,21 +152,12 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
                 state: Mutex::new(RefCell::new(State {
                     buf: B::EMPTY,
                     cursors: [None; R],
+                    wakers: [const { None }; R],
                     waiting: 0,
                     writes: 0,
                 })),
-                wakers: Self::slots(),
             }
         }
-    }
-
-    #[cfg(not(loom))]
-    const fn slots() -> [WakerSlot; R] {
-        [const { WakerSlot::new() }; R]
-    }
-    #[cfg(loom)]
-    fn slots() -> [WakerSlot; R] {
-        core::array::from_fn(|_| WakerSlot::new())
     }
 
     /// The record's name (its key).
@@ -157,13 +168,30 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
     /// Writes a value and wakes the readers waiting for one. Never blocks on
     /// a reader and never fails.
     pub fn write(&self, value: B::Item) {
+        let mut woken: [Option<Waker>; R] = [const { None }; R];
         let waiting = self.state.lock(|s| {
             let mut s = s.borrow_mut();
+            let s = &mut *s;
             s.buf.push(value);
             s.writes += 1;
-            core::mem::take(&mut s.waiting)
+            let waiting = core::mem::take(&mut s.waiting);
+            let mut m = waiting;
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                woken[i] = s.wakers[i].take();
+            }
+            waiting
         });
-        self.wake(waiting);
+        // Outside the critical section: a wake runs foreign code.
+        let mut m = waiting;
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if let Some(w) = woken[i].take() {
+                w.wake();
+            }
+        }
     }
 
     /// Total number of writes so far.
@@ -194,44 +222,48 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
             .map(|i| Reader::new(self, i as u8))
     }
 
-    fn wake(&self, mut mask: u32) {
-        while mask != 0 {
-            let i = mask.trailing_zeros() as usize;
-            mask &= mask - 1;
-            self.wakers[i].wake();
-        }
-    }
-
-    /// One receive attempt for reader `i`. With `register`, an empty result
-    /// registers the waker and then looks again under the lock, setting the
-    /// reader's waiting bit there: a write either lands before that second
-    /// look (and is returned) or after it (and sees the bit and wakes).
-    /// The waker slot is touched outside the lock so the critical section
-    /// stays short and never performs a wake.
-    fn take(&self, i: usize, register: Option<&core::task::Waker>) -> Take<B::Item> {
-        let first = self.take_locked(i, false);
-        match (first, register) {
-            (Take::Empty, Some(w)) => {
-                self.wakers[i].register(w);
-                self.take_locked(i, true)
-            }
-            (t, _) => t,
-        }
-    }
-
-    fn take_locked(&self, i: usize, set_waiting: bool) -> Take<B::Item> {
-        self.state.lock(|s| {
+    /// One receive attempt for reader `i`, in one critical section.
+    ///
+    /// With `register`, a reader that finds nothing stores the waker and
+    /// sets its waiting bit before the section ends: a write lands either
+    /// before (and its value is taken here) or after (and sees the bit and
+    /// wakes). With `arm` as well, a reader that takes a value and has
+    /// nothing more behind it registers the same way, so an outbound route
+    /// need not poll again just to park (`armed` says it did).
+    ///
+    /// A waker clone may run inside the section (a refcount increment for
+    /// every executor we know of); a replaced waker is dropped after it.
+    pub(crate) fn take(&self, i: usize, register: Option<&Waker>, arm: bool) -> Taken<B::Item> {
+        let mut old = None;
+        let t = self.state.lock(|s| {
             let mut s = s.borrow_mut();
             let s = &mut *s;
             let Some(cursor) = s.cursors[i].as_mut() else {
-                return Take::Empty;
+                return Taken {
+                    take: Take::Empty,
+                    armed: false,
+                };
             };
-            let t = s.buf.take(cursor);
-            if set_waiting && matches!(t, Take::Empty) {
+            let take = s.buf.take(cursor);
+            let Some(w) = register else {
+                return Taken { take, armed: false };
+            };
+            let park = match take {
+                Take::Empty => true,
+                Take::Value(_) => arm && !s.buf.has_more(cursor),
+                Take::Lagged(_) => false,
+            };
+            if park {
+                match &s.wakers[i] {
+                    Some(old) if old.will_wake(w) => {}
+                    _ => old = s.wakers[i].replace(w.clone()),
+                }
                 s.waiting |= 1 << i;
             }
-            t
-        })
+            Taken { take, armed: park }
+        });
+        drop(old);
+        t
     }
 
     fn replay(&self, i: usize) {
@@ -245,12 +277,13 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
     }
 
     fn unsubscribe(&self, i: usize) {
-        self.state.lock(|s| {
+        let old = self.state.lock(|s| {
             let mut s = s.borrow_mut();
             s.cursors[i] = None;
             s.waiting &= !(1 << i);
+            s.wakers[i].take()
         });
-        drop(self.wakers[i].take());
+        drop(old);
     }
 }
 

@@ -27,7 +27,7 @@ impl<'a, M: RawMutex, B: Buffer, const R: usize> Reader<'a, M, B, R> {
 
     /// Takes the next value if there is one.
     pub fn try_recv(&mut self) -> Result<B::Item, TryRecvError> {
-        match self.record.take(self.idx as usize, None) {
+        match self.record.take(self.idx as usize, None, false).take {
             Take::Value(v) => Ok(v),
             Take::Empty => Err(TryRecvError::Empty),
             Take::Lagged(n) => Err(TryRecvError::Lagged(n)),
@@ -37,10 +37,30 @@ impl<'a, M: RawMutex, B: Buffer, const R: usize> Reader<'a, M, B, R> {
     /// Polls for the next value; on `Pending` the waker is registered and is
     /// woken by the next write.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<B::Item, RecvError>> {
-        match self.record.take(self.idx as usize, Some(cx.waker())) {
+        match self
+            .record
+            .take(self.idx as usize, Some(cx.waker()), false)
+            .take
+        {
             Take::Value(v) => Poll::Ready(Ok(v)),
             Take::Empty => Poll::Pending,
             Take::Lagged(n) => Poll::Ready(Err(RecvError::Lagged(n))),
+        }
+    }
+
+    /// [`Self::poll_recv`] that also registers the waker when it returns
+    /// the reader's last value (`Ready((v, true))`): the caller need not
+    /// poll again until the waker is woken. `Ready((v, false))`: more may
+    /// follow, poll again.
+    pub fn poll_recv_armed(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<(Result<B::Item, RecvError>, bool)> {
+        let t = self.record.take(self.idx as usize, Some(cx.waker()), true);
+        match t.take {
+            Take::Value(v) => Poll::Ready((Ok(v), t.armed)),
+            Take::Empty => Poll::Pending,
+            Take::Lagged(n) => Poll::Ready((Err(RecvError::Lagged(n)), false)),
         }
     }
 
@@ -97,6 +117,14 @@ pub trait Source {
     fn name(&self) -> &'static str;
     /// See [`Reader::poll_recv`].
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<Self::Item, RecvError>>;
+    /// See [`Reader::poll_recv_armed`]. The default never arms: the caller
+    /// polls once more and parks on that `Pending`.
+    fn poll_recv_armed(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<(Result<Self::Item, RecvError>, bool)> {
+        self.poll_recv(cx).map(|r| (r, false))
+    }
     /// See [`Reader::replay`].
     fn replay(&mut self) {}
 }
@@ -108,6 +136,12 @@ impl<M: RawMutex, B: Buffer, const R: usize> Source for Reader<'_, M, B, R> {
     }
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<B::Item, RecvError>> {
         Reader::poll_recv(self, cx)
+    }
+    fn poll_recv_armed(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<(Result<B::Item, RecvError>, bool)> {
+        Reader::poll_recv_armed(self, cx)
     }
     fn replay(&mut self) {
         Reader::replay(self);
