@@ -73,8 +73,17 @@ impl<const W: usize> Readiness<W> {
         core::array::from_fn(|_| AtomicU32::new(0))
     }
 
-    /// Marks route `i` ready and wakes the transport if the bit was clear.
-    /// Out-of-range indices are ignored.
+    /// Marks route `i` ready and wakes the transport if this mark made the
+    /// summary non-zero. Out-of-range indices are ignored.
+    ///
+    /// Why one wake per summary transition is enough: the transport only
+    /// parks after registering its waker and then finding the summary zero
+    /// (or swapping it to zero). The mark that next moves the summary off
+    /// zero therefore finds the waker registered and wakes it; every mark
+    /// after it, until the transport swaps the summary again, finds it
+    /// non-zero, and the transport, already woken, will swap it and take
+    /// those words. So a burst of writes costs the transport one wake, not
+    /// one per route.
     pub fn mark(&self, i: usize) {
         let w = i / 32;
         let Some(word) = self.words.get(w) else {
@@ -82,14 +91,23 @@ impl<const W: usize> Readiness<W> {
         };
         let bit = 1u32 << (i % 32);
         if word.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
-            // Whoever set the bit first is waking (or has woken) the
-            // transport after its own summary update; the transport has not
-            // taken the bit yet, so it will see it.
+            // Whoever set the bit first did the summary update below; the
+            // transport has not taken the bit yet, so it will see it.
             return;
         }
-        self.summary
-            .fetch_or(1u32 << (w / Self::GROUP), Ordering::AcqRel);
-        self.transport.wake();
+        let group = 1u32 << (w / Self::GROUP);
+        // The group bit already set: the transport has not swapped the
+        // summary since it was set (if it had taken this word since, our
+        // `fetch_or` above read its swap, which comes after its summary swap,
+        // and this load could not see the old bit), so it will look at this
+        // word, and whoever set the bit woke it. A load, no write: a burst
+        // across one group costs one read-modify-write per route.
+        if self.summary.load(Ordering::Acquire) & group != 0 {
+            return;
+        }
+        if self.summary.fetch_or(group, Ordering::AcqRel) == 0 {
+            self.transport.wake();
+        }
     }
 
     /// Registers the transport task's waker. Call it *before* the final
@@ -293,7 +311,9 @@ impl<const W: usize> Pending<W> {
             groups &= groups - 1;
             let end = ((g + 1) * Self::GROUP).min(W);
             for w in g * Self::GROUP..end {
-                if ready.words[w].load(Ordering::Relaxed) == 0 {
+                // With one word per group, the summary bit says the word is
+                // set: swap without looking first.
+                if Self::GROUP > 1 && ready.words[w].load(Ordering::Relaxed) == 0 {
                     continue;
                 }
                 let taken = ready.words[w].swap(0, Ordering::AcqRel);
