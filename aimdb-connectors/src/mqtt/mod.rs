@@ -171,7 +171,11 @@ impl RouteQos<'_> {
 
 /// Connector configuration. Broker address and transport are the
 /// [`Connect`] implementation's.
-#[derive(Debug, Clone, Copy)]
+///
+/// Start from [`Config::new`] and set fields (`#[non_exhaustive]`: fields
+/// may be added).
+#[derive(Clone, Copy)]
+#[non_exhaustive]
 pub struct Config<'a> {
     /// MQTT client identifier (at most 64 bytes).
     pub client_id: &'a str,
@@ -207,6 +211,22 @@ impl<'a> Config<'a> {
             publish_qos: RouteQos::All(QoS::AtMostOnce),
             subscribe_qos: QoS::AtLeastOnce,
         }
+    }
+}
+
+// By hand: the password stays out of logs.
+impl fmt::Debug for Config<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("client_id", &self.client_id)
+            .field("user", &self.credentials.map(|(user, _)| user))
+            .field("keep_alive_secs", &self.keep_alive_secs)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("backoff", &self.backoff)
+            .field("reconnect", &self.reconnect)
+            .field("publish_qos", &self.publish_qos)
+            .field("subscribe_qos", &self.subscribe_qos)
+            .finish()
     }
 }
 
