@@ -37,8 +37,16 @@ const WAIT: Duration = Duration::from_secs(15);
 // ------------------------------------------------------------------ broker
 
 fn mosquitto_bin() -> PathBuf {
+    const INSTALL: &str = "install the Debian packages `mosquitto mosquitto-clients` \
+                           (scripts/install-deps.sh does)";
     if let Some(p) = std::env::var_os("MOSQUITTO") {
-        return p.into();
+        let p = PathBuf::from(p);
+        assert!(
+            p.exists(),
+            "MOSQUITTO={} does not exist: {INSTALL}",
+            p.display()
+        );
+        return p;
     }
     for p in [
         "/usr/sbin/mosquitto",
@@ -51,7 +59,7 @@ fn mosquitto_bin() -> PathBuf {
     }
     panic!(
         "mosquitto not found (looked in /usr/sbin, /usr/bin, /usr/local/sbin; or set MOSQUITTO): \
-         install the Debian packages `mosquitto mosquitto-clients` (scripts/install-deps.sh does)"
+         {INSTALL}"
     );
 }
 
