@@ -68,13 +68,21 @@ fn build(b: aimdb_core::inbound::Builder<'static, CAP, NODES>) -> Box<InTable> {
     Box::new(b.build().unwrap_or_else(|e| panic!("fixture config: {e}")))
 }
 
-/// `n` exact routes `dev/{i}/value`.
+/// Route `i`'s topic level: `i` zero-padded to four digits, so every topic
+/// of every fixture has the same length at every route count (1 to 4096
+/// routes) and a comparison across route counts measures the table, not
+/// the topic length (hashing and validation are linear in it).
+fn id(i: usize) -> String {
+    format!("{i:04}")
+}
+
+/// `n` exact routes `dev/{id}/value` (14 bytes each, see [`id`]).
 pub fn inbound_exact(n: usize) -> Inbound {
     let records = records(n);
     let mut b = Dispatch::builder();
     let mut topics = Vec::new();
     for (i, r) in records.iter().enumerate() {
-        let t = leak_str(format!("dev/{i}/value"));
+        let t = leak_str(format!("dev/{}/value", id(i)));
         b.link(t, leak(InLink::new(r, Postcard)));
         topics.push(t.as_bytes().to_vec());
     }
@@ -85,7 +93,7 @@ pub fn inbound_exact(n: usize) -> Inbound {
     }
 }
 
-/// `n` pattern routes `site/{i}/+/temp`; topic `i` is `site/{i}/room/temp`
+/// `n` pattern routes `site/{id}/+/temp`; topic `i` is `site/{id}/room/temp`
 /// (each topic matches exactly one route).
 pub fn inbound_pattern(n: usize) -> Inbound {
     let records = records(n);
@@ -93,10 +101,10 @@ pub fn inbound_pattern(n: usize) -> Inbound {
     let mut topics = Vec::new();
     for (i, r) in records.iter().enumerate() {
         b.link(
-            leak_str(format!("site/{i}/+/temp")),
+            leak_str(format!("site/{}/+/temp", id(i))),
             leak(InLink::new(r, Postcard)),
         );
-        topics.push(format!("site/{i}/room/temp").into_bytes());
+        topics.push(format!("site/{}/room/temp", id(i)).into_bytes());
     }
     Inbound {
         dispatch: build(b),
@@ -108,7 +116,7 @@ pub fn inbound_pattern(n: usize) -> Inbound {
 /// A fixed-capacity keyed table.
 pub type KeyTable<const K: usize> = Keyed<Cs, Latest<u32>, K, 1>;
 
-/// `n` keyed routes `fleet/{i}/+/v` (key level 2), each into its own table
+/// `n` keyed routes `fleet/{id}/+/v` (key level 2), each into its own table
 /// with room for `keys` keys; topic `i` uses key `dev1`, claimed by a first
 /// dispatch so it is known.
 pub fn inbound_keyed_known(n: usize) -> Inbound {
@@ -117,11 +125,11 @@ pub fn inbound_keyed_known(n: usize) -> Inbound {
     for i in 0..n {
         let table: &'static KeyTable<4> = leak(Keyed::new("fleet"));
         b.link_keyed(
-            leak_str(format!("fleet/{i}/+/v")),
+            leak_str(format!("fleet/{}/+/v", id(i))),
             2,
             leak(KeyedLink::new(table, Postcard)),
         );
-        topics.push(format!("fleet/{i}/dev1/v").into_bytes());
+        topics.push(format!("fleet/{}/dev1/v", id(i)).into_bytes());
     }
     let mut inbound = Inbound {
         dispatch: build(b),

@@ -54,7 +54,7 @@ pub use link::{KeyedLink, Link, Target, DEFAULT_MAX_PAYLOAD};
 pub use stats::Stats;
 
 use crate::codec::DecodeError;
-use crate::topic::{fnv1a, Filter, Topic, TopicError, MAX_LEVELS};
+use crate::topic::{fnv1a, topic_hash, Filter, Topic, TopicError, MAX_LEVELS};
 
 /// Why a frame was rejected. Each variant has its own counter in [`Stats`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -286,7 +286,7 @@ impl<'a, const N: usize, const NODES: usize> Dispatch<'a, N, NODES> {
     }
 
     fn route(&mut self, topic: &[u8], payload: &[u8]) -> Result<usize, DispatchError> {
-        let topic = Topic::from_bytes(topic).map_err(|e| match e {
+        let (topic, h) = Topic::from_bytes_hashed(topic).map_err(|e| match e {
             TopicError::NotUtf8 => DispatchError::TopicNotUtf8,
             TopicError::TooLong | TopicError::TooManyLevels => DispatchError::TopicTooLong,
             TopicError::WildcardInName => DispatchError::WildcardInTopic,
@@ -295,7 +295,6 @@ impl<'a, const N: usize, const NODES: usize> Dispatch<'a, N, NODES> {
         let text = topic.as_str();
         let mut out = Outcome::default();
 
-        let h = fnv1a(text.as_bytes());
         let mut i = self.exact[reduce(h, N)];
         while i != NIL {
             let r = &self.routes[i as usize];
@@ -497,7 +496,7 @@ impl<'a, const N: usize, const NODES: usize> Builder<'a, N, NODES> {
         if self.table.routes.is_full() {
             return Err(ConfigError::TooManyRoutes);
         }
-        let hash = fnv1a(filter.as_bytes());
+        let hash = topic_hash(filter.as_bytes());
         let list = if f.has_wildcards() {
             List::Node(self.node_for(f)?)
         } else {

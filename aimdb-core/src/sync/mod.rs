@@ -11,10 +11,12 @@
 //! builds: the *firmware* enables portable-atomic's `critical-section` or
 //! single-core option, never this library.
 
+mod ascii;
 pub(crate) mod atomic;
 mod readiness;
 mod waker_slot;
 
+pub(crate) use ascii::ascii_str;
 pub use readiness::{Pending, Readiness, ReadinessHandle};
 pub use waker_slot::WakerSlot;
 
