@@ -1,0 +1,165 @@
+//! The gateway's records and its two connectors.
+//!
+//! ```text
+//!  device ══UART/TCP══► framed ──► Dispatch ──► READINGS (Ring), STATUS (Latest) ──► Routes ──► MQTT {prefix}/readings, /status
+//!  device ◄═UART/TCP═══ framed ◄── Routes ◄──── COMMAND (Mailbox) ◄──── Dispatch ◄── MQTT {prefix}/cmd
+//! ```
+//!
+//! postcard on the device link (small, no_std), JSON on MQTT (readable by
+//! any client: `mosquitto_sub -t 'aimdb/#'`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use aimdb_connectors::framed::{self, Framed};
+use aimdb_connectors::mqtt::{self, Config, Counters, Mqtt, QoS, RouteQos, TcpConnect, TokioDelay};
+use aimdb_connectors::tokio_io;
+use aimdb_core::codec::{Json, Postcard};
+use aimdb_core::inbound::{Dispatch, Link as InLink};
+use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::record::{Latest, Mailbox, Record, Ring};
+use aimdb_core::sync::Readiness;
+use device_protocol::{topics, Command, Reading, Status};
+use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+use tokio::net::{TcpListener, TcpStream};
+
+/// Readings held for the MQTT side while the broker is away.
+pub const READINGS_DEPTH: usize = 256;
+
+pub static READINGS: Record<Cs, Ring<Reading, READINGS_DEPTH>, 1> = Record::new("readings");
+pub static STATUS: Record<Cs, Latest<Status>, 1> = Record::new("status");
+pub static COMMAND: Record<Cs, Mailbox<Command>, 1> = Record::new("command");
+static DEVICE_READY: Readiness<1> = Readiness::new();
+static MQTT_READY: Readiness<1> = Readiness::new();
+
+/// Device link counters.
+pub static DEVICE_LINK: framed::Stats = framed::Stats::new();
+/// MQTT connector counters.
+pub static MQTT: Counters = Counters::new();
+/// Device connections made (1 on a healthy run).
+pub static DEVICE_CONNECTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Where the device's byte stream comes from.
+pub enum DeviceLink {
+    /// Accept connections (QEMU's `-serial tcp:HOST:PORT` connects here).
+    Listen(TcpListener),
+    /// Connect to a device that listens (QEMU's `-serial tcp::PORT,server=on`).
+    Connect(String),
+}
+
+impl DeviceLink {
+    async fn open(&self) -> std::io::Result<TcpStream> {
+        match self {
+            Self::Listen(l) => l.accept().await.map(|(s, _)| s),
+            Self::Connect(addr) => TcpStream::connect(addr).await,
+        }
+    }
+}
+
+/// The device side: framed-stream connector over TCP; reconnects for ever.
+pub async fn device(link: DeviceLink) {
+    let dev_in = [
+        (
+            topics::READINGS,
+            &InLink::new(&READINGS, Postcard) as &dyn aimdb_core::inbound::Target,
+        ),
+        (topics::STATUS, &InLink::new(&STATUS, Postcard)),
+    ];
+    let mut b = Dispatch::<4, 4>::builder();
+    for (t, l) in dev_in {
+        b.link(t, l);
+    }
+    let mut dispatch = b.build().expect("device inbound table");
+    let mut cmd = OutLink::new(
+        COMMAND.subscribe().expect("command reader"),
+        topics::CMD,
+        Postcard,
+    );
+    let (mut payload, mut topic) = ([0u8; 64], [0u8; 0]);
+    let mut b = Routes::<_, 1, 1>::builder(&DEVICE_READY, &mut payload, &mut topic);
+    b.link(&mut cmd);
+    let mut routes = b.build().expect("device outbound table");
+    let mut framed = Framed::<{ framed::MAX_FRAME }, { framed::MAX_ENCODED }>::new(&DEVICE_LINK);
+    loop {
+        let stream = match link.open().await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("gateway: device link: {e}; retrying in 1 s");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        DEVICE_CONNECTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (rx, tx) = tokio_io::tcp(stream);
+        framed.reset();
+        routes.replay_latest();
+        let why = framed.run(rx, tx, &mut dispatch, &mut routes).await;
+        eprintln!("gateway: device link ended: {why}");
+    }
+}
+
+/// MQTT settings from the command line.
+pub struct Broker {
+    pub addr: SocketAddr,
+    pub credentials: Option<(String, String)>,
+    pub prefix: String,
+}
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+/// The MQTT side: readings and status out, commands in.
+pub async fn mqtt(broker: Broker) -> mqtt::Stopped {
+    let cmd_topic = leak(format!("{}/cmd", broker.prefix));
+    let cmd_in = InLink::new(&COMMAND, Json).with_max_payload(256);
+    let mut b = Dispatch::<4, 4>::builder();
+    b.link(cmd_topic, &cmd_in);
+    let mut dispatch = b.build().expect("MQTT inbound table");
+
+    let readings_topic = leak(format!("{}/readings", broker.prefix));
+    let status_topic = leak(format!("{}/status", broker.prefix));
+    let mut readings = OutLink::new(READINGS.subscribe().expect("reader"), readings_topic, Json);
+    let mut status = OutLink::new(STATUS.subscribe().expect("reader"), status_topic, Json);
+    let (mut payload, mut topic) = ([0u8; 256], [0u8; 0]);
+    let mut b = Routes::<_, 1, 2>::builder(&MQTT_READY, &mut payload, &mut topic);
+    b.link(&mut readings).link(&mut status);
+    let mut routes = b.build().expect("MQTT outbound table");
+
+    let mut config = Config::new("aimdb-gateway");
+    // At least once: a reading survives a broker hiccup (the Ring holds it).
+    config.publish_qos = RouteQos::All(QoS::AtLeastOnce);
+    let creds = broker
+        .credentials
+        .as_ref()
+        .map(|(u, p)| (u.as_str(), p.as_bytes()));
+    config.credentials = creds;
+    let (mut rx, mut tx) = (vec![0u8; 2048], vec![0u8; 8192]);
+    let mut client = Mqtt::new(
+        config,
+        &mut rx,
+        &mut tx,
+        TcpConnect::new(broker.addr),
+        TokioDelay,
+        &MQTT,
+    )
+    .expect("MQTT configuration");
+    client.run(&mut dispatch, &mut routes).await
+}
+
+/// One line of counters.
+pub fn status_line() -> String {
+    let d = DEVICE_LINK.snapshot();
+    let m = MQTT.snapshot();
+    format!(
+        "device→gw {:>6} frames  gw→device {:>4}  rejected {:>3}  | mqtt published {:>6} received {:>4} rejected {:>3} reconnects {} {}",
+        d.frames_in,
+        d.frames_out,
+        d.dropped_in(),
+        m.published,
+        m.received,
+        m.rejected,
+        m.reconnects,
+        if MQTT.is_connected() { "(connected)" } else { "(not connected)" },
+    )
+}

@@ -1,0 +1,260 @@
+//! The gateway: bridges the demo device's UART to MQTT.
+//!
+//! ```text
+//!  QEMU (device firmware) ══UART0 over TCP══► gateway ══MQTT══► broker (in-process rumqttd, or --broker)
+//! ```
+//!
+//! The device side is the same framed-stream connector the firmware runs
+//! (`aimdb_connectors::framed`), here over a tokio `TcpStream`; the MQTT
+//! side is `aimdb_connectors::mqtt`. Each runs as one local task: one task
+//! per connector, not per route.
+//!
+//! Usage:
+//!
+//! ```text
+//! gateway [--qemu FIRMWARE.elf | --listen ADDR | --serial HOST:PORT]
+//!         [--broker mqtt://HOST:PORT] [--username U --password P]
+//!         [--prefix aimdb/dev7] [--seconds N] [--demo] [--min-readings N]
+//! ```
+//!
+//! - `--qemu ELF`: start the firmware under QEMU, its UART0 connected to a
+//!   loopback port the gateway listens on (killed on exit);
+//! - `--listen ADDR`: wait for a device (e.g. QEMU started by hand with
+//!   `-serial tcp:ADDR`); `--serial HOST:PORT`: connect to one that
+//!   listens (`-serial tcp::PORT,server=on`);
+//! - without `--broker`, an MQTT broker runs in-process on a free loopback
+//!   port;
+//! - `--demo`: also run an operator client that sends three commands and
+//!   checks readings; exits 0 only if every check held;
+//! - `--seconds N`: stop after N seconds (default: run until Ctrl-C).
+
+mod bridge;
+mod broker;
+mod operator;
+mod qemu;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use bridge::DeviceLink;
+
+struct Args {
+    qemu: Option<PathBuf>,
+    listen: Option<String>,
+    serial: Option<String>,
+    broker: Option<String>,
+    username: Option<String>,
+    password: Option<String>,
+    prefix: String,
+    seconds: Option<u64>,
+    demo: bool,
+    min_readings: u32,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        qemu: None,
+        listen: None,
+        serial: None,
+        broker: None,
+        username: None,
+        password: None,
+        prefix: "aimdb/dev7".into(),
+        seconds: None,
+        demo: false,
+        min_readings: 20,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--qemu" => a.qemu = Some(value()?.into()),
+            "--listen" => a.listen = Some(value()?),
+            "--serial" => a.serial = Some(value()?),
+            "--broker" => a.broker = Some(value()?),
+            "--username" => a.username = Some(value()?),
+            "--password" => a.password = Some(value()?),
+            "--prefix" => a.prefix = value()?,
+            "--seconds" => {
+                a.seconds = Some(value()?.parse().map_err(|e| format!("--seconds: {e}"))?)
+            }
+            "--min-readings" => {
+                a.min_readings = value()?
+                    .parse()
+                    .map_err(|e| format!("--min-readings: {e}"))?
+            }
+            "--demo" => a.demo = true,
+            "-h" | "--help" => {
+                println!("{}", USAGE);
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other}\n{USAGE}")),
+        }
+    }
+    let sources = [a.qemu.is_some(), a.listen.is_some(), a.serial.is_some()];
+    if sources.iter().filter(|s| **s).count() != 1 {
+        return Err(format!(
+            "give exactly one of --qemu, --listen, --serial\n{USAGE}"
+        ));
+    }
+    if a.username.is_some() != a.password.is_some() {
+        return Err("--username and --password go together".into());
+    }
+    Ok(a)
+}
+
+const USAGE: &str = "usage: gateway [--qemu ELF | --listen ADDR | --serial HOST:PORT] \
+[--broker mqtt://HOST:PORT] [--username U --password P] [--prefix P] [--seconds N] [--demo] [--min-readings N]";
+
+fn broker_addr(url: &str) -> Result<SocketAddr, String> {
+    let hostport = url.strip_prefix("mqtt://").unwrap_or(url);
+    let hostport = if hostport.contains(':') {
+        hostport.to_string()
+    } else {
+        format!("{hostport}:1883")
+    };
+    hostport
+        .to_socket_addrs()
+        .map_err(|e| format!("--broker {url}: {e}"))?
+        .next()
+        .ok_or(format!("--broker {url}: no address"))
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("gateway: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    // Routes and dispatch tables borrow their links: connectors run as
+    // local tasks of one thread.
+    rt.block_on(tokio::task::LocalSet::new().run_until(run(args)))
+}
+
+async fn run(args: Args) -> ExitCode {
+    let addr = match &args.broker {
+        Some(url) => broker_addr(url),
+        None => broker::start(),
+    };
+    let addr = match addr {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("gateway: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "gateway: MQTT broker {addr} ({}), topics {}/{{readings,status,cmd}}",
+        if args.broker.is_some() {
+            "external"
+        } else {
+            "in-process"
+        },
+        args.prefix
+    );
+    let credentials = args.username.clone().zip(args.password.clone());
+
+    let mut _qemu = None;
+    let link = if let Some(elf) = &args.qemu {
+        let listener = match tokio::net::TcpListener::bind("127.0.0.1:0").await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("gateway: device listener: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+        match qemu::spawn(elf, port) {
+            Ok(child) => {
+                println!(
+                    "gateway: QEMU pid {} running {}, UART0 → 127.0.0.1:{port}",
+                    child.id().unwrap_or(0),
+                    elf.display()
+                );
+                _qemu = Some(child);
+            }
+            Err(e) => {
+                eprintln!("gateway: cannot start qemu-system-arm: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        DeviceLink::Listen(listener)
+    } else if let Some(addr) = &args.listen {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => DeviceLink::Listen(l),
+            Err(e) => {
+                eprintln!("gateway: --listen {addr}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        DeviceLink::Connect(args.serial.clone().unwrap_or_default())
+    };
+
+    tokio::task::spawn_local(bridge::device(link));
+    let mqtt_broker = bridge::Broker {
+        addr,
+        credentials: credentials.clone(),
+        prefix: args.prefix.clone(),
+    };
+    tokio::task::spawn_local(async move {
+        let why = bridge::mqtt(mqtt_broker).await;
+        eprintln!("gateway: MQTT connector stopped: {why}");
+    });
+    tokio::task::spawn_local(async {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            println!("gateway: {}", bridge::status_line());
+        }
+    });
+
+    let started = Instant::now();
+    let code = if args.demo {
+        let seconds = args.seconds.unwrap_or(5);
+        let report =
+            operator::run(addr, credentials, &args.prefix, seconds, args.min_readings).await;
+        let ok = report.ok(args.min_readings);
+        println!(
+            "demo: {} command round trips, {} readings at the operator (seq {}..={}), {} out of order, {} lost",
+            report.round_trips.len(),
+            report.readings,
+            report.first_seq.map_or("-".into(), |s| s.to_string()),
+            report.last_seq.map_or("-".into(), |s| s.to_string()),
+            report.out_of_order,
+            report.lost,
+        );
+        if ok {
+            ExitCode::SUCCESS
+        } else {
+            eprintln!("demo: FAILED (need 3 round trips, at least {} readings, none out of order or lost)", args.min_readings);
+            ExitCode::FAILURE
+        }
+    } else {
+        match args.seconds {
+            Some(s) => tokio::time::sleep(Duration::from_secs(s)).await,
+            None => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+        ExitCode::SUCCESS
+    };
+    println!(
+        "gateway: after {:.1} s: {}",
+        started.elapsed().as_secs_f64(),
+        bridge::status_line()
+    );
+    if let Some(mut child) = _qemu.take() {
+        let _ = child.kill().await;
+    }
+    code
+}

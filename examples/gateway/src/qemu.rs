@@ -1,0 +1,37 @@
+//! Starts the device firmware under QEMU with UART0 connected to the
+//! gateway, and forwards what it prints (semihosting) with a prefix.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// `qemu-system-arm` running `elf` on the lm3s6965evb, its UART0 a TCP
+/// client of `127.0.0.1:port`. Killed when the handle is dropped.
+pub fn spawn(elf: &Path, port: u16) -> std::io::Result<Child> {
+    let mut child = Command::new("qemu-system-arm")
+        .args(["-cpu", "cortex-m3", "-machine", "lm3s6965evb", "-nographic"])
+        .args([
+            "-monitor",
+            "none",
+            "-semihosting-config",
+            "enable=on,target=native",
+        ])
+        .args(["-serial", &format!("tcp:127.0.0.1:{port}")])
+        .arg("-kernel")
+        .arg(elf)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    if let Some(out) = child.stdout.take() {
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(out).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                println!("qemu| {line}");
+            }
+        });
+    }
+    Ok(child)
+}
