@@ -4,23 +4,37 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test fmt-check clippy loom nostd firmware bench-gate bench ci deps
+.PHONY: demo e2e test fmt-check clippy loom nostd firmware footprint bench-gate bench ci deps
 
-## The project's main job: records crossing a transport both ways.
+DEVICE_ELF = target-fw/thumbv7m-none-eabi/release/device
+
+## The project's main job: the device firmware under QEMU, its UART bridged
+## by the tokio gateway to an MQTT broker; an operator client sends three
+## commands and checks that readings arrive exactly once. Installs the
+## firmware toolchain and QEMU when missing.
 demo:
-	$(CARGO) run --release -p quickstart
+	bash scripts/firmware.sh device >/dev/null
+	$(CARGO) run --release -p gateway -- --qemu $(DEVICE_ELF) --demo --seconds 5
+
+## The same, as a test: longer, and at least 150 readings exactly once.
+e2e:
+	bash scripts/firmware.sh device >/dev/null
+	$(CARGO) run --release -p gateway -- --qemu $(DEVICE_ELF) --demo --seconds 8 --min-readings 150
 
 ## Every host test, for each feature set of aimdb-core CI builds.
 test:
 	$(CARGO) test -p aimdb-core
 	$(CARGO) test -p aimdb-core --features std,json
 	$(CARGO) test --workspace
+	$(CARGO) test -p aimdb-connectors --all-features
 
 fmt-check:
 	$(CARGO) fmt --all --check
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p aimdb-connectors --all-targets --all-features -- -D warnings
+	$(CARGO) clippy -p aimdb-connectors --lib --features mqtt -- -D warnings
 	$(CARGO) clippy -p aimdb-core --all-targets -- -D warnings
 	$(CARGO) clippy -p aimdb-core --all-targets --features std,json,log -- -D warnings
 	$(CARGO) clippy -p aimdb-core --lib --features defmt -- -D warnings
@@ -40,6 +54,12 @@ firmware:
 	bash scripts/firmware.sh smoke-fail
 	bash scripts/firmware.sh smoke --cpu cortex-m0
 	bash scripts/firmware.sh smoke --cpu cortex-m3
+	bash scripts/firmware.sh footprint
+
+## Flash and static RAM of the device, RAM per route (N vs 2N routes):
+## data/baselines/firmware_size.json.
+footprint:
+	bash scripts/firmware.sh footprint
 
 ## Deterministic gates: allocations per operation (b0) and instructions
 ## per operation under callgrind (b2; needs valgrind, `make deps`). Every
@@ -58,4 +78,4 @@ bench:
 deps:
 	bash scripts/install-deps.sh
 
-ci: deps fmt-check clippy test loom nostd firmware bench-gate
+ci: deps fmt-check clippy test loom nostd firmware e2e bench-gate

@@ -10,6 +10,9 @@
 #                                                 exit with QEMU's exit code
 #   scripts/firmware.sh smoke-fail [--cpu ...]    same with feature `inject-failure`: passes
 #                                                 only if QEMU exits with code 1
+#   scripts/firmware.sh device                    build the demo device (Cortex-M3); prints its ELF path
+#   scripts/firmware.sh footprint                 flash/RAM of the device, RAM per outbound and per
+#                                                 inbound route; writes data/baselines/firmware_size.json
 #
 # Toolchain routes (see shared/design/FIRMWARE.md):
 #   rustup  - `rustup target list --installed` has thumbv6m-none-eabi and
@@ -44,7 +47,7 @@ log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'firmware.sh: error: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # ------------------------------------------------------------------ toolchain
@@ -245,6 +248,65 @@ cmd_smoke_fail() {
     echo "smoke-fail ($CPU): OK, the injected check failure ended QEMU with exit code 1"
 }
 
+cmd_device() {
+    build_firmware thumbv7m-none-eabi >&2
+    local elf
+    elf=$(fw_elf thumbv7m-none-eabi device)
+    print_sizes "$elf" >&2
+    echo "$elf"
+}
+
+# size_of ELF: "FLASH RAM" in bytes.
+size_of() {
+    local tool
+    tool=$(command -v llvm-size || command -v size) || die "no llvm-size or size"
+    "$tool" -A "$1" | awk '
+        $1 == ".vector_table" || $1 == ".text" || $1 == ".rodata" { flash += $2 }
+        $1 == ".data" { flash += $2; ram += $2 }
+        $1 == ".bss" || $1 == ".uninit" { ram += $2 }
+        END { print flash, ram }'
+}
+
+cmd_footprint() {
+    local target=thumbv7m-none-eabi base=16 out="$ROOT/data/baselines/firmware_size.json"
+    local dev_flash dev_ram b_flash b_ram o_flash o_ram i_flash i_ram
+    build_firmware "$target"
+    read -r dev_flash dev_ram < <(size_of "$(fw_elf $target device)")
+    read -r b_flash b_ram < <(size_of "$(fw_elf $target footprint)")
+    build_firmware "$target" --bin footprint --features double-out
+    read -r o_flash o_ram < <(size_of "$(fw_elf $target footprint)")
+    build_firmware "$target" --bin footprint --features double-in
+    read -r i_flash i_ram < <(size_of "$(fw_elf $target footprint)")
+    # Leave the base build in place.
+    build_firmware "$target" --bin footprint
+    local per_out per_in rustc_v
+    per_out=$(awk -v a="$b_ram" -v b="$o_ram" -v n="$base" 'BEGIN { printf "%.1f", (b - a) / n }')
+    per_in=$(awk -v a="$b_ram" -v b="$i_ram" -v n="$base" 'BEGIN { printf "%.1f", (b - a) / n }')
+    if [ "$ROUTE" = debian ]; then rustc_v=$("$DEBIAN_RUSTC" --version); else rustc_v=$(rustc --version); fi
+    cat >"$out" <<JSON
+{
+  "bench": "firmware_size",
+  "date": "$(date -u +%Y-%m-%d)",
+  "toolchain": "$rustc_v ($ROUTE route, opt-level s, lto)",
+  "target": "$target",
+  "device": { "flash_bytes": $dev_flash, "static_ram_bytes": $dev_ram },
+  "footprint_probe": {
+    "routes_base": $base,
+    "base": { "flash_bytes": $b_flash, "static_ram_bytes": $b_ram },
+    "double_out": { "flash_bytes": $o_flash, "static_ram_bytes": $o_ram },
+    "double_in": { "flash_bytes": $i_flash, "static_ram_bytes": $i_ram }
+  },
+  "ram_per_outbound_route_bytes": $per_out,
+  "ram_per_inbound_route_bytes": $per_in,
+  "target_ram_per_outbound_route_bytes": 32
+}
+JSON
+    echo "device ($target): flash $dev_flash B, static RAM $dev_ram B"
+    echo "RAM per outbound route: $per_out B (target < 32); per inbound route: $per_in B"
+    echo "wrote ${out#"$ROOT"/}"
+    awk -v p="$per_out" 'BEGIN { exit !(p < 32) }' || die "RAM per outbound route $per_out B is not under 32 B"
+}
+
 # ------------------------------------------------------------------ check-core
 
 cmd_check_core() {
@@ -329,6 +391,8 @@ case "$sub" in
     toolchain) [ $# -eq 0 ] || die "toolchain takes no arguments"; cmd_toolchain ;;
     check-core) [ $# -eq 0 ] || die "check-core takes no arguments"; cmd_check_core ;;
     smoke) cmd_smoke "$@" ;;
+    device) [ $# -eq 0 ] || die "device takes no arguments"; cmd_device ;;
+    footprint) [ $# -eq 0 ] || die "footprint takes no arguments"; cmd_footprint ;;
     smoke-fail) cmd_smoke_fail "$@" ;;
     -h|--help|help) usage ;;
     *) usage; exit 2 ;;

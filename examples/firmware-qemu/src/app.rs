@@ -57,14 +57,19 @@ pub async fn connector<R: Read, W: Write>(rx: R, tx: W) -> framed::Error {
     let mut status = OutLink::new(status, topics::STATUS, Postcard);
     // A reading is at most 10 bytes of postcard, a status 13.
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
-    let mut b = Routes::<_, 1, 2>::builder(&READY, &mut payload, &mut topic);
-    b.link(&mut readings).link(&mut status);
-    let Ok(mut routes) = b.build() else {
-        return framed::Error::Closed;
+    // Builders live in blocks so they do not keep space in the task's
+    // state across the awaits below.
+    let routes = {
+        let mut b = Routes::<_, 1, 2>::builder(&READY, &mut payload, &mut topic);
+        b.link(&mut readings).link(&mut status);
+        b.build()
     };
-    let mut b = Dispatch::<2, 2>::builder();
-    b.link(topics::CMD, &CMD_IN);
-    let Ok(mut dispatch) = b.build() else {
+    let dispatch = {
+        let mut b = Dispatch::<2, 2>::builder();
+        b.link(topics::CMD, &CMD_IN);
+        b.build()
+    };
+    let (Ok(mut routes), Ok(mut dispatch)) = (routes, dispatch) else {
         return framed::Error::Closed;
     };
     let mut framed = Framed::<RX_FRAME, TX_BUF>::new(&LINK);
