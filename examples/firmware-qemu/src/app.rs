@@ -115,3 +115,15 @@ pub async fn control() {
         STATUS.write(st);
     }
 }
+
+/// [`sensor`] as an embassy task.
+#[embassy_executor::task]
+pub async fn sensor_task() {
+    sensor().await
+}
+
+/// [`control`] as an embassy task.
+#[embassy_executor::task]
+pub async fn control_task() {
+    control().await
+}

@@ -13,3 +13,27 @@
 pub mod app;
 pub mod time;
 pub mod uart;
+
+use cortex_m_semihosting::debug;
+
+/// Ends the program: QEMU exits with `code` through semihosting; on a
+/// board without a debugger the core parks.
+pub fn exit(code: debug::ExitStatus) -> ! {
+    debug::exit(code);
+    loop {
+        cortex_m::asm::wfi();
+    }
+}
+
+/// Ends the program with exit code 1.
+pub fn fail() -> ! {
+    exit(debug::EXIT_FAILURE)
+}
+
+/// Routes device interrupts (cortex-m-rt without a PAC sends every line to
+/// `DefaultHandler`, which each binary forwards here).
+pub fn on_interrupt(irqn: i16) {
+    if irqn == uart::IRQ as i16 {
+        uart::on_interrupt();
+    }
+}

@@ -5,19 +5,9 @@
 #![no_main]
 
 use cortex_m_rt::{exception, ExceptionFrame};
-use cortex_m_semihosting::{debug, hprintln};
+use cortex_m_semihosting::hprintln;
 use embassy_executor::Spawner;
 use firmware_qemu::{app, time, uart};
-
-#[embassy_executor::task]
-async fn sensor() {
-    app::sensor().await
-}
-
-#[embassy_executor::task]
-async fn control() {
-    app::control().await
-}
 
 #[embassy_executor::main]
 async fn main(spawner: Spawner) {
@@ -25,8 +15,8 @@ async fn main(spawner: Spawner) {
     time::init(p.SYST);
     let Some((mut rx, mut tx)) = uart::take() else { fail("UART0 taken") };
     hprintln!("device: up, framed connector on UART0");
-    spawner.spawn(control().unwrap_or_else(|_| fail("control task")));
-    spawner.spawn(sensor().unwrap_or_else(|_| fail("sensor task")));
+    spawner.spawn(app::control_task().unwrap_or_else(|_| fail("control task")));
+    spawner.spawn(app::sensor_task().unwrap_or_else(|_| fail("sensor task")));
     loop {
         // A UART never closes; should the connector end anyway, start over
         // (which re-sends the status).
@@ -37,10 +27,7 @@ async fn main(spawner: Spawner) {
 
 fn fail(what: &str) -> ! {
     hprintln!("device: {}", what);
-    debug::exit(debug::EXIT_FAILURE);
-    loop {
-        cortex_m::asm::wfi();
-    }
+    firmware_qemu::fail()
 }
 
 #[exception]
@@ -50,9 +37,7 @@ fn SysTick() {
 
 #[exception]
 unsafe fn DefaultHandler(irqn: i16) {
-    if irqn == uart::IRQ as i16 {
-        uart::on_interrupt();
-    }
+    firmware_qemu::on_interrupt(irqn);
 }
 
 #[panic_handler]

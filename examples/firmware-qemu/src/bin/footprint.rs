@@ -14,10 +14,9 @@ use aimdb_core::outbound::{Link as OutLink, Routes};
 use aimdb_core::record::{Latest, Record};
 use aimdb_core::sync::Readiness;
 use cortex_m_rt::exception;
-use cortex_m_semihosting::debug;
 use embassy_executor::Spawner;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
-use firmware_qemu::uart;
+use firmware_qemu::{fail, uart};
 
 /// Routes of each kind in the base build.
 const BASE: usize = 16;
@@ -68,18 +67,9 @@ async fn main(_spawner: Spawner) {
     }
 }
 
-fn fail() -> ! {
-    debug::exit(debug::EXIT_FAILURE);
-    loop {
-        cortex_m::asm::wfi();
-    }
-}
-
 #[exception]
 unsafe fn DefaultHandler(irqn: i16) {
-    if irqn == uart::IRQ as i16 {
-        uart::on_interrupt();
-    }
+    firmware_qemu::on_interrupt(irqn);
 }
 
 #[panic_handler]

@@ -603,11 +603,7 @@ async fn main(spawner: Spawner) {
     t.check("device_app", peer::device_app(spawner).await);
 
     hprintln!("firmware: {} passed, {} failed", t.passed, t.failed);
-    debug::exit(if t.failed == 0 { debug::EXIT_SUCCESS } else { debug::EXIT_FAILURE });
-    // Not reached under QEMU; on hardware without a debugger, park here.
-    loop {
-        cortex_m::asm::wfi();
-    }
+    firmware_qemu::exit(if t.failed == 0 { debug::EXIT_SUCCESS } else { debug::EXIT_FAILURE })
 }
 
 #[exception]
@@ -618,17 +614,11 @@ fn SysTick() {
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {
     hprintln!("PANIC {}", info);
-    debug::exit(debug::EXIT_FAILURE);
-    loop {
-        cortex_m::asm::wfi();
-    }
+    firmware_qemu::fail()
 }
 
 #[exception]
 unsafe fn HardFault(ef: &ExceptionFrame) -> ! {
     hprintln!("HARDFAULT {:?}", ef);
-    debug::exit(debug::EXIT_FAILURE);
-    loop {
-        cortex_m::asm::wfi();
-    }
+    firmware_qemu::fail()
 }

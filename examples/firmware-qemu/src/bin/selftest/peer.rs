@@ -20,16 +20,6 @@ static PIPE: Pair<Cs, 256> = Pair::new();
 const READINGS: u32 = 20;
 
 #[embassy_executor::task]
-async fn sensor() {
-    app::sensor().await
-}
-
-#[embassy_executor::task]
-async fn control() {
-    app::control().await
-}
-
-#[embassy_executor::task]
 async fn connector() {
     let (rx, tx) = PIPE.b();
     let e = app::connector(rx, tx).await;
@@ -133,7 +123,7 @@ pub async fn device_app(spawner: Spawner) -> bool {
         len: 0,
         next_seq: 0,
     };
-    let (Ok(c), Ok(s), Ok(k)) = (control(), sensor(), connector()) else {
+    let (Ok(c), Ok(s), Ok(k)) = (app::control_task(), app::sensor_task(), connector()) else {
         return false;
     };
     spawner.spawn(c);
