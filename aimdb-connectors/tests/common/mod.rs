@@ -89,9 +89,11 @@ impl Side {
 
         let mut framed = Framed::<256, 512>::new(stats);
         let run = framed.run(rx, tx, &mut dispatch, &mut routes);
-        match select(run, until).await {
-            Either::First(e) => Err(e),
-            Either::Second(v) => Ok(v),
+        // `until` is polled first: when both ends finish together, the peer
+        // hanging up must not be mistaken for a transport failure.
+        match select(until, run).await {
+            Either::First(v) => Ok(v),
+            Either::Second(e) => Err(e),
         }
     }
 }
