@@ -33,7 +33,8 @@
 //!
 //! - [`Connect`]: opens the byte stream (`embedded_io_async::Read + Write`)
 //!   to the broker: an embassy-net `TcpSocket`, a TLS session, or with
-//!   feature `tokio` the provided [`TcpConnect`];
+//!   feature `tokio` the provided [`TcpConnect`] (and with feature `tls`
+//!   `TlsConnect`: TLS via rustls);
 //! - [`DelayNs`](embedded_hal_async::delay::DelayNs): the timer for backoff
 //!   and the connect timeout: `embassy_time::Delay`, or with `tokio`
 //!   [`TokioDelay`].
@@ -113,6 +114,8 @@ mod counters;
 #[cfg(feature = "tokio")]
 mod host;
 mod run;
+#[cfg(feature = "tls")]
+mod tls;
 
 use core::fmt;
 
@@ -120,6 +123,12 @@ pub use backoff::{Backoff, Reconnect};
 pub use counters::{Counters, Snapshot};
 #[cfg(feature = "tokio")]
 pub use host::{TcpConnect, TokioDelay};
+#[cfg(feature = "tls")]
+pub use tls::{tls_client_config, TlsConnect, TlsConnectError, TlsSetupError};
+/// The rustls [`TlsConnect`] is built on, for a custom
+/// [`rustls::ClientConfig`].
+#[cfg(feature = "tls")]
+pub use tokio_rustls::rustls;
 
 use aimdb_core::inbound::FrameSink;
 use aimdb_core::outbound::MessageSource;

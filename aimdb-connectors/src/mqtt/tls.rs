@@ -1,0 +1,216 @@
+//! TLS to the broker on hosts (feature `tls`): [`TlsConnect`].
+//!
+//! A [`Connect`] that opens TCP, runs a rustls client handshake over it
+//! (tokio-rustls, `ring` crypto provider) and hands the connector the TLS
+//! stream as `embedded-io-async` through
+//! [`FromTokio`](embedded_io_adapters::tokio_1::FromTokio). The broker's
+//! certificate is checked against the CA certificate(s) you give
+//! ([`TlsConnect::with_ca_pem`]) or whatever your own
+//! [`rustls::ClientConfig`] trusts ([`TlsConnect::new`]), and against the
+//! server name (a DNS name or an IP address the certificate must list).
+//! Username and password are MQTT's, not TLS's: set
+//! [`Config::credentials`](super::Config::credentials); TLS keeps them off
+//! the wire in clear.
+//!
+//! A failed handshake (untrusted certificate, wrong name, no common
+//! protocol) is a failed connection attempt like a refused TCP connect: the
+//! connector counts it in
+//! [`Counters::connect_failures`](super::Counters::connect_failures) and
+//! retries under its [`Reconnect`](super::Reconnect) policy.
+//! [`TlsConnectError::tls`] tells which rustls error it was when you call
+//! [`Connect::connect`] yourself.
+//!
+//! # Firmware
+//!
+//! Not provided here. On embassy the usual route is
+//! [embedded-tls](https://crates.io/crates/embedded-tls) over an
+//! embassy-net `TcpSocket`: its `TlsConnection` is
+//! `embedded_io_async::Read + Write`, so a small [`Connect`] implementation
+//! that connects the socket and opens the TLS session fits the connector
+//! unchanged. embedded-tls speaks TLS 1.3 only, so the broker must offer it.
+//! This crate neither builds nor tests that path.
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+
+use ::tokio::net::{TcpStream, ToSocketAddrs};
+use embedded_io_adapters::tokio_1::FromTokio;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+
+use super::{Connect, TcpConnect};
+
+/// Opens TCP to the broker at `addr`, then TLS with a fixed server name.
+#[derive(Clone)]
+pub struct TlsConnect<A> {
+    tcp: TcpConnect<A>,
+    tls: TlsConnector,
+    server_name: ServerName<'static>,
+}
+
+impl<A: ToSocketAddrs + Clone> TlsConnect<A> {
+    /// TLS with your own client configuration (trust store, client
+    /// certificate, protocol versions, …). `server_name` is the DNS name or
+    /// IP address the broker's certificate must be valid for; it is also
+    /// sent as SNI when it is a name.
+    pub fn new(
+        addr: A,
+        server_name: &str,
+        config: Arc<ClientConfig>,
+    ) -> Result<Self, TlsSetupError> {
+        let server_name = ServerName::try_from(server_name)
+            .map_err(|_| TlsSetupError::ServerName)?
+            .to_owned();
+        Ok(Self {
+            tcp: TcpConnect::new(addr),
+            tls: TlsConnector::from(config),
+            server_name,
+        })
+    }
+
+    /// TLS trusting exactly the CA certificate(s) in `ca_pem` (every
+    /// `CERTIFICATE` block; other blocks are skipped), with rustls's safe
+    /// default protocol versions (TLS 1.3 and 1.2) and no client
+    /// certificate. See [`tls_client_config`] for the configuration it builds.
+    pub fn with_ca_pem(addr: A, server_name: &str, ca_pem: &[u8]) -> Result<Self, TlsSetupError> {
+        Self::new(addr, server_name, Arc::new(tls_client_config(ca_pem)?))
+    }
+
+    /// The name the broker's certificate is checked against.
+    pub fn server_name(&self) -> &ServerName<'static> {
+        &self.server_name
+    }
+
+    /// The broker address.
+    pub fn addr(&self) -> &A {
+        self.tcp.addr()
+    }
+}
+
+/// A rustls client configuration that trusts exactly the CA certificate(s)
+/// in `ca_pem`: `ring` crypto provider, safe default protocol versions, no
+/// client certificate. A starting point for [`TlsConnect::new`] when you
+/// need to change something.
+///
+/// The provider is named explicitly rather than taken from rustls's
+/// process-wide default, so this works whichever rustls crypto features
+/// other crates in the build turn on.
+pub fn tls_client_config(ca_pem: &[u8]) -> Result<ClientConfig, TlsSetupError> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem) {
+        let cert = cert.map_err(|_| TlsSetupError::Pem)?;
+        roots
+            .add(cert)
+            .map_err(|_| TlsSetupError::BadCaCertificate)?;
+    }
+    if roots.is_empty() {
+        return Err(TlsSetupError::NoCaCertificate);
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|_| TlsSetupError::Provider)?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+// By hand: `TlsConnector` has no `Debug`.
+impl<A: fmt::Debug> fmt::Debug for TlsConnect<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsConnect")
+            .field("tcp", &self.tcp)
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: ToSocketAddrs + Clone> Connect for TlsConnect<A> {
+    type Connection<'c>
+        = FromTokio<TlsStream<TcpStream>>
+    where
+        Self: 'c;
+    type Error = TlsConnectError;
+
+    async fn connect(&mut self) -> Result<Self::Connection<'_>, Self::Error> {
+        let tcp = self.tcp.connect().await.map_err(TlsConnectError::Tcp)?;
+        let stream = self
+            .tls
+            .connect(self.server_name.clone(), tcp.into_inner())
+            .await
+            .map_err(TlsConnectError::Handshake)?;
+        Ok(FromTokio::new(stream))
+    }
+}
+
+/// Why a [`TlsConnect`] could not be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsSetupError {
+    /// The server name is neither a valid DNS name nor an IP address.
+    ServerName,
+    /// The CA PEM text could not be parsed.
+    Pem,
+    /// The CA PEM text holds no `CERTIFICATE` block.
+    NoCaCertificate,
+    /// A CA certificate is not usable as a trust anchor.
+    BadCaCertificate,
+    /// The crypto provider offers no safe protocol version.
+    Provider,
+}
+
+impl fmt::Display for TlsSetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::ServerName => "TLS server name is not a DNS name or IP address",
+            Self::Pem => "CA certificate PEM could not be parsed",
+            Self::NoCaCertificate => "no CERTIFICATE block in the CA PEM",
+            Self::BadCaCertificate => "CA certificate is not a usable trust anchor",
+            Self::Provider => "TLS crypto provider has no safe protocol version",
+        })
+    }
+}
+impl core::error::Error for TlsSetupError {}
+
+/// Why one [`TlsConnect::connect`](Connect::connect) failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TlsConnectError {
+    /// The TCP connection failed.
+    Tcp(io::Error),
+    /// TCP connected, the TLS handshake failed (see [`Self::tls`]).
+    Handshake(io::Error),
+}
+
+impl TlsConnectError {
+    /// The rustls error behind a failed handshake, e.g.
+    /// `InvalidCertificate(UnknownIssuer)` for a broker whose certificate
+    /// no trusted CA signed. `None` for TCP errors and for handshakes cut
+    /// off by plain I/O errors.
+    pub fn tls(&self) -> Option<&rustls::Error> {
+        match self {
+            Self::Tcp(_) => None,
+            Self::Handshake(e) => e.get_ref()?.downcast_ref(),
+        }
+    }
+}
+
+impl fmt::Display for TlsConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Tcp(e) => write!(f, "TCP connect to the MQTT broker failed: {e}"),
+            Self::Handshake(e) => write!(f, "TLS handshake with the MQTT broker failed: {e}"),
+        }
+    }
+}
+
+impl core::error::Error for TlsConnectError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Tcp(e) | Self::Handshake(e) => Some(e),
+        }
+    }
+}
