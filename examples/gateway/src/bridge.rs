@@ -12,7 +12,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use aimdb_connectors::framed::{self, Framed};
-use aimdb_connectors::mqtt::{self, Config, Counters, Mqtt, QoS, RouteQos, TcpConnect, TokioDelay};
+use aimdb_connectors::mqtt::{
+    self, Config, Connect, Counters, Mqtt, QoS, RouteQos, TcpConnect, TlsConnect, TokioDelay,
+};
 use aimdb_connectors::tokio_io;
 use aimdb_core::codec::{Json, Postcard};
 use aimdb_core::inbound::{Dispatch, Link as InLink};
@@ -103,6 +105,8 @@ pub struct Broker {
     pub addr: SocketAddr,
     pub credentials: Option<(String, String)>,
     pub prefix: String,
+    /// TLS to the broker (`--tls-ca`), else plain TCP.
+    pub tls: Option<TlsConnect<SocketAddr>>,
 }
 
 fn leak(s: String) -> &'static str {
@@ -134,17 +138,31 @@ pub async fn mqtt(broker: Broker) -> mqtt::Stopped {
         .as_ref()
         .map(|(u, p)| (u.as_str(), p.as_bytes()));
     config.credentials = creds;
+    match broker.tls {
+        Some(tls) => run(config, tls, &mut dispatch, &mut routes).await,
+        None => {
+            run(
+                config,
+                TcpConnect::new(broker.addr),
+                &mut dispatch,
+                &mut routes,
+            )
+            .await
+        }
+    }
+}
+
+/// The connector over `connect` (TCP or TLS).
+async fn run<C: Connect>(
+    config: Config<'_>,
+    connect: C,
+    dispatch: &mut (impl aimdb_core::inbound::FrameSink + ?Sized),
+    routes: &mut (impl aimdb_core::outbound::MessageSource + ?Sized),
+) -> mqtt::Stopped {
     let (mut rx, mut tx) = (vec![0u8; 2048], vec![0u8; 8192]);
-    let mut client = Mqtt::new(
-        config,
-        &mut rx,
-        &mut tx,
-        TcpConnect::new(broker.addr),
-        TokioDelay,
-        &MQTT,
-    )
-    .expect("MQTT configuration");
-    client.run(&mut dispatch, &mut routes).await
+    let mut client = Mqtt::new(config, &mut rx, &mut tx, connect, TokioDelay, &MQTT)
+        .expect("MQTT configuration");
+    client.run(dispatch, routes).await
 }
 
 /// One line of counters.

@@ -14,6 +14,7 @@
 //! ```text
 //! gateway [--qemu FIRMWARE.elf | --listen ADDR | --serial HOST:PORT]
 //!         [--broker mqtt://HOST:PORT] [--username U --password P]
+//!         [--tls-ca CA.pem [--tls-server-name NAME]]
 //!         [--prefix aimdb/dev7] [--seconds N] [--demo] [--min-readings N]
 //! ```
 //!
@@ -24,6 +25,11 @@
 //!   listens (`-serial tcp::PORT,server=on`);
 //! - without `--broker`, an MQTT broker runs in-process on a free loopback
 //!   port;
+//! - `--tls-ca CA.pem`: TLS to the `--broker`, trusting the CA
+//!   certificate(s) in the PEM file; the broker's certificate must be valid
+//!   for `--tls-server-name` (default: the `--broker` host). The port
+//!   defaults to 8883. Not with `--demo` (its operator client speaks plain
+//!   MQTT);
 //! - `--demo`: also run an operator client that sends three commands and
 //!   checks readings; exits 0 only if every check held;
 //! - `--seconds N`: stop after N seconds (default: run until Ctrl-C).
@@ -47,6 +53,8 @@ struct Args {
     broker: Option<String>,
     username: Option<String>,
     password: Option<String>,
+    tls_ca: Option<PathBuf>,
+    tls_server_name: Option<String>,
     prefix: String,
     seconds: Option<u64>,
     demo: bool,
@@ -61,6 +69,8 @@ fn parse_args() -> Result<Args, String> {
         broker: None,
         username: None,
         password: None,
+        tls_ca: None,
+        tls_server_name: None,
         prefix: "aimdb/dev7".into(),
         seconds: None,
         demo: false,
@@ -76,6 +86,8 @@ fn parse_args() -> Result<Args, String> {
             "--broker" => a.broker = Some(value()?),
             "--username" => a.username = Some(value()?),
             "--password" => a.password = Some(value()?),
+            "--tls-ca" => a.tls_ca = Some(value()?.into()),
+            "--tls-server-name" => a.tls_server_name = Some(value()?),
             "--prefix" => a.prefix = value()?,
             "--seconds" => {
                 a.seconds = Some(value()?.parse().map_err(|e| format!("--seconds: {e}"))?)
@@ -102,24 +114,64 @@ fn parse_args() -> Result<Args, String> {
     if a.username.is_some() != a.password.is_some() {
         return Err("--username and --password go together".into());
     }
+    if a.tls_ca.is_some() && a.broker.is_none() {
+        return Err("--tls-ca needs --broker (the in-process broker has no TLS)".into());
+    }
+    if a.tls_ca.is_some() && a.demo {
+        return Err("--tls-ca and --demo: the demo operator speaks plain MQTT".into());
+    }
+    if a.tls_server_name.is_some() && a.tls_ca.is_none() {
+        return Err("--tls-server-name goes with --tls-ca".into());
+    }
     Ok(a)
 }
 
 const USAGE: &str = "usage: gateway [--qemu ELF | --listen ADDR | --serial HOST:PORT] \
-[--broker mqtt://HOST:PORT] [--username U --password P] [--prefix P] [--seconds N] [--demo] [--min-readings N]";
+[--broker mqtt://HOST:PORT] [--username U --password P] \
+[--tls-ca CA.pem [--tls-server-name NAME]] [--prefix P] [--seconds N] [--demo] [--min-readings N]";
 
-fn broker_addr(url: &str) -> Result<SocketAddr, String> {
-    let hostport = url.strip_prefix("mqtt://").unwrap_or(url);
+fn broker_hostport(url: &str) -> &str {
+    url.strip_prefix("mqtt://").unwrap_or(url)
+}
+
+fn broker_addr(url: &str, default_port: u16) -> Result<SocketAddr, String> {
+    let hostport = broker_hostport(url);
     let hostport = if hostport.contains(':') {
         hostport.to_string()
     } else {
-        format!("{hostport}:1883")
+        format!("{hostport}:{default_port}")
     };
     hostport
         .to_socket_addrs()
         .map_err(|e| format!("--broker {url}: {e}"))?
         .next()
         .ok_or(format!("--broker {url}: no address"))
+}
+
+/// The TLS transport for `--tls-ca`: the CA file and the server name
+/// (`--tls-server-name`, else the `--broker` host).
+fn tls_connect(
+    args: &Args,
+    ca: &std::path::Path,
+    addr: SocketAddr,
+) -> Result<aimdb_connectors::mqtt::TlsConnect<SocketAddr>, String> {
+    let pem = std::fs::read(ca).map_err(|e| format!("--tls-ca {}: {e}", ca.display()))?;
+    let name = match &args.tls_server_name {
+        Some(n) => n.clone(),
+        None => {
+            let hostport = broker_hostport(args.broker.as_deref().unwrap_or_default());
+            // `host`, `host:port`, `[v6]:port`.
+            let host = match hostport.rsplit_once(':') {
+                Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => h,
+                _ => hostport,
+            };
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string()
+        }
+    };
+    aimdb_connectors::mqtt::TlsConnect::with_ca_pem(addr, &name, &pem)
+        .map_err(|e| format!("--tls-ca {} / server name {name:?}: {e}", ca.display()))
 }
 
 fn main() -> ExitCode {
@@ -140,8 +192,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> ExitCode {
+    let default_port = if args.tls_ca.is_some() { 8883 } else { 1883 };
     let addr = match &args.broker {
-        Some(url) => broker_addr(url),
+        Some(url) => broker_addr(url, default_port),
         None => broker::start(),
     };
     let addr = match addr {
@@ -161,6 +214,23 @@ async fn run(args: Args) -> ExitCode {
         args.prefix
     );
     let credentials = args.username.clone().zip(args.password.clone());
+    let tls = match &args.tls_ca {
+        None => None,
+        Some(ca) => match tls_connect(&args, ca, addr) {
+            Ok(t) => {
+                println!(
+                    "gateway: TLS to the broker, CA {}, server name {}",
+                    ca.display(),
+                    t.server_name().to_str()
+                );
+                Some(t)
+            }
+            Err(e) => {
+                eprintln!("gateway: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
 
     let mut _qemu = None;
     let link = if let Some(elf) = &args.qemu {
@@ -204,6 +274,7 @@ async fn run(args: Args) -> ExitCode {
         addr,
         credentials: credentials.clone(),
         prefix: args.prefix.clone(),
+        tls,
     };
     tokio::task::spawn_local(async move {
         let why = bridge::mqtt(mqtt_broker).await;
