@@ -11,6 +11,7 @@
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod fault;
 pub mod framed;
 pub mod loopback;
 #[cfg(feature = "mqtt")]

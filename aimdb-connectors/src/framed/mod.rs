@@ -28,6 +28,33 @@
 //! end-of-stream end [`Framed::run`]; the caller reconnects, calls
 //! [`Framed::reset`] and [`MessageSource::replay_latest`], and runs again.
 //!
+//! # Outbound frames across a broken connection
+//!
+//! A frame counts as sent once the transport's `write` has accepted its
+//! last byte (its delimiter). Frames the transport has not accepted when a
+//! run ends (a write error, the peer closing, or the future dropped) stay
+//! in the transmit buffer, and the next [`Framed::run`] sends them first,
+//! whole and in their original order, before anything new; a frame whose
+//! first bytes did go out is re-sent from its start, after a lone `0x00`
+//! so that a peer which kept the fragment drops it as one bad frame (a
+//! peer that called [`Framed::reset`] sees an empty frame, which is
+//! skipped silently). A message taken from its route that did not fit the
+//! batch is kept too ([`MessageSource::message`] still holds it) and
+//! encoded first on the next run.
+//!
+//! So on a transport that delivers every byte it accepted (a UART, the
+//! in-memory [`crate::loopback`] pair, a TCP connection closed in an
+//! orderly way) each outbound message is delivered **exactly once, in
+//! order**, across any number of broken connections, provided the route's
+//! buffer holds what was written meanwhile (`Ring<N>`: at most `N` values
+//! between two pulls; beyond that the oldest are lost and counted exactly,
+//! see [`aimdb_core::outbound::Message::lagged`]). Bytes a transport
+//! accepted and then lost (a TCP reset with data in the kernel's buffers)
+//! are not re-sent: this protocol has no acknowledgements. The retained
+//! frames are always re-sent on the *same* `Framed` with the *same*
+//! message source; the buffer costs no memory beyond the `TX` bytes it
+//! already had.
+//!
 //! No allocation, no task per route, no boxed future.
 
 pub mod frame;
@@ -184,8 +211,24 @@ const READ_CHUNK: usize = 64;
 pub struct Framed<'s, const RX: usize = MAX_FRAME, const TX: usize = MAX_ENCODED> {
     decoder: Decoder<RX>,
     tx: [u8; TX],
+    out: Outbox,
     rx_chunk: [u8; READ_CHUNK],
     stats: &'s Stats,
+}
+
+/// Where the transmit buffer stands; kept across runs so that a broken
+/// connection loses no frame the transport did not accept.
+#[derive(Debug, Clone, Copy, Default)]
+struct Outbox {
+    /// Encoded frames in the transmit buffer.
+    len: usize,
+    /// Of those, bytes the transport accepted.
+    sent: usize,
+    /// The source's current message was taken from its route but is not
+    /// encoded yet (it did not fit the batch).
+    held: bool,
+    /// A frame was cut off mid-way: send a delimiter before the next one.
+    resync: bool,
 }
 
 impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
@@ -194,6 +237,12 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
         Self {
             decoder: Decoder::new(),
             tx: [0; TX],
+            out: Outbox {
+                len: 0,
+                sent: 0,
+                held: false,
+                resync: false,
+            },
             rx_chunk: [0; READ_CHUNK],
             stats,
         }
@@ -205,20 +254,57 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
     }
 
     /// Forgets a partly received frame; call before running on a new
-    /// connection.
+    /// connection. Outbound frames not yet sent are kept (see the module
+    /// docs); [`Self::discard_unsent`] drops them.
     pub fn reset(&mut self) {
         self.decoder.reset();
+    }
+
+    /// Outbound frames encoded but not (wholly) accepted by the transport:
+    /// the next [`Self::run`] sends them first. A message taken from its
+    /// route but not encoded yet is not counted.
+    pub fn unsent_frames(&self) -> usize {
+        let done = last_delimiter(&self.tx[..self.out.sent]);
+        self.tx[done..self.out.len]
+            .iter()
+            .filter(|&&b| b == 0)
+            .count()
+    }
+
+    /// Drops the outbound frames kept for re-sending (for a peer that must
+    /// not see them, say after a configuration change).
+    pub fn discard_unsent(&mut self) {
+        self.out = Outbox::default();
+    }
+
+    /// Before a run: frames already accepted leave the buffer; a frame cut
+    /// off mid-way moves to the front, to go again whole.
+    fn resume(&mut self) {
+        let out = &mut self.out;
+        if out.sent == 0 {
+            return;
+        }
+        // COBS frames hold no zero but their delimiter, so the last zero
+        // accepted ends the last frame that went out whole.
+        let done = last_delimiter(&self.tx[..out.sent]);
+        out.resync |= out.sent > done;
+        self.tx.copy_within(done..out.len, 0);
+        out.len -= done;
+        out.sent = 0;
     }
 
     /// Drives one connection in both directions until the transport fails
     /// or the peer closes it. Never returns for bad input.
     ///
+    /// Outbound frames left unsent by the previous run go first (see the
+    /// module docs).
+    ///
     /// # Cancel safety
     ///
     /// Dropping the future may lose a partly read frame (the decoder
-    /// resynchronises) and a partly written batch of outbound frames; the
-    /// routes' buffers keep what they promise (`Latest` re-sends with
-    /// [`MessageSource::replay_latest`]).
+    /// resynchronises). It loses no outbound message: what was taken from
+    /// the routes and not accepted by the transport is sent by the next
+    /// run.
     pub async fn run<R, W, D, S>(
         &mut self,
         rx: R,
@@ -232,15 +318,17 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
         D: FrameSink + ?Sized,
         S: MessageSource + ?Sized,
     {
+        self.resume();
         let Self {
             decoder,
             tx: tx_buf,
+            out,
             rx_chunk,
             stats,
         } = self;
         let stats: &Stats = stats;
         let read = pin!(read_loop(rx, decoder, rx_chunk, inbound, stats));
-        let write = pin!(write_loop(tx, tx_buf, outbound, stats));
+        let write = pin!(write_loop(tx, tx_buf, out, outbound, stats));
         match select(read, write).await {
             Either::First(e) | Either::Second(e) => e,
         }
@@ -291,61 +379,86 @@ async fn read_loop<R: Read, D: FrameSink + ?Sized, const RX: usize>(
     }
 }
 
+/// Index just past the last delimiter in `bytes` (0 if there is none).
+fn last_delimiter(bytes: &[u8]) -> usize {
+    bytes.iter().rposition(|&b| b == 0).map_or(0, |i| i + 1)
+}
+
 async fn write_loop<W: Write, S: MessageSource + ?Sized>(
     mut tx: W,
     buf: &mut [u8],
+    out: &mut Outbox,
     outbound: &mut S,
     stats: &Stats,
 ) -> Error {
+    // `out` is updated before every await, so a dropped run leaves it
+    // describing exactly what is encoded, accepted and held.
     loop {
-        poll_fn(|cx| outbound.poll_ready(cx)).await;
-        let mut len = 0;
-        let mut frames = 0;
-        loop {
+        if out.len == 0 && !out.held {
+            poll_fn(|cx| outbound.poll_ready(cx)).await;
+            out.held = true;
+        }
+        // Batch whatever is ready right now, up to the buffer's size.
+        while out.held {
             let m = outbound.message();
-            match frame::encode(m.topic, m.payload, &mut buf[len..]) {
-                Ok(n) => {
-                    len += n;
-                    frames += 1;
-                }
-                Err(_) if len > 0 => {
-                    // The batch is full: send it, then this message alone.
-                    if let Err(e) = send(&mut tx, &buf[..len], frames, stats).await {
-                        return e;
-                    }
-                    (len, frames) = (0, 0);
-                    continue;
-                }
-                Err(_) => bump(&stats.too_large_out, 1),
-            }
-            // Batch whatever is ready right now; a pending poll registers
-            // this task's waker, which is what the next wait needs anyway.
-            let more = poll_fn(|cx| Poll::Ready(outbound.poll_ready(cx).is_ready())).await;
-            if !more {
+            if m.topic.is_empty() {
+                // Nothing current (a source other than the one that was
+                // polled): nothing to encode.
+                out.held = false;
                 break;
             }
+            match frame::encode(m.topic, m.payload, &mut buf[out.len..]) {
+                Ok(n) => out.len += n,
+                // The batch is full: send it; this message stays held.
+                Err(_) if out.len > 0 => break,
+                Err(_) => bump(&stats.too_large_out, 1),
+            }
+            // A pending poll registers this task's waker, which is what the
+            // next wait needs anyway.
+            out.held = poll_fn(|cx| Poll::Ready(outbound.poll_ready(cx).is_ready())).await;
         }
-        if len > 0 {
-            if let Err(e) = send(&mut tx, &buf[..len], frames, stats).await {
+        if out.len > 0 {
+            if let Err(e) = send(&mut tx, &buf[..out.len], out, stats).await {
                 return e;
             }
+            (out.len, out.sent) = (0, 0);
         }
     }
 }
 
-async fn send<W: Write>(tx: &mut W, bytes: &[u8], frames: u32, stats: &Stats) -> Result<(), Error> {
+/// Writes `bytes[out.sent..]`, counting each frame when its delimiter is
+/// accepted, then flushes.
+async fn send<W: Write>(
+    tx: &mut W,
+    bytes: &[u8],
+    out: &mut Outbox,
+    stats: &Stats,
+) -> Result<(), Error> {
     let kind = |e: W::Error| Error::Write(embedded_io_async::Error::kind(&e));
-    // Not `write_all`: it panics on a writer that returns `Ok(0)`.
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        match tx.write(rest).await {
+    if out.resync {
+        match tx.write(&[0]).await {
             Ok(0) => return Err(Error::Write(ErrorKind::WriteZero)),
-            Ok(n) => rest = &rest[n.min(rest.len())..],
+            Ok(_) => {
+                out.resync = false;
+                bump(&stats.bytes_out, 1);
+            }
             Err(e) => return Err(kind(e)),
         }
     }
-    tx.flush().await.map_err(kind)?;
-    bump(&stats.bytes_out, bytes.len() as u32);
-    bump(&stats.frames_out, frames);
-    Ok(())
+    // Not `write_all`: it panics on a writer that returns `Ok(0)`.
+    while out.sent < bytes.len() {
+        let rest = &bytes[out.sent..];
+        match tx.write(rest).await {
+            Ok(0) => return Err(Error::Write(ErrorKind::WriteZero)),
+            Ok(n) => {
+                let n = n.min(rest.len());
+                let frames = rest[..n].iter().filter(|&&b| b == 0).count();
+                out.sent += n;
+                bump(&stats.bytes_out, n as u32);
+                bump(&stats.frames_out, frames as u32);
+            }
+            Err(e) => return Err(kind(e)),
+        }
+    }
+    tx.flush().await.map_err(kind)
 }
