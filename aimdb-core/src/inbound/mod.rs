@@ -252,16 +252,17 @@ impl<'a, const N: usize, const NODES: usize> Dispatch<'a, N, NODES> {
     /// the others are still written (each link is an independent
     /// subscription) and the first error is returned.
     pub fn dispatch(&mut self, topic: &[u8], payload: &[u8]) -> Result<usize, DispatchError> {
-        match self.route(topic, payload) {
-            Ok(n) => {
-                self.stats.delivered = self.stats.delivered.wrapping_add(n as u32);
-                Ok(n)
-            }
-            Err(e) => {
-                self.stats.count(e);
-                Err(e)
-            }
+        let (written, result) = match self.route(topic, payload) {
+            Ok(out) => (out.written, out.finish()),
+            Err(e) => (0, Err(e)),
+        };
+        // Writes made count even when another matching link rejected the
+        // frame: `delivered` is record writes, not accepted frames.
+        self.stats.delivered = self.stats.delivered.wrapping_add(written as u32);
+        if let Err(e) = result {
+            self.stats.count(e);
         }
+        result
     }
 
     /// Counters of delivered frames and of each rejection reason.
@@ -285,7 +286,8 @@ impl<'a, const N: usize, const NODES: usize> Dispatch<'a, N, NODES> {
         self.routes.iter().filter(|r| r.first).map(|r| r.filter)
     }
 
-    fn route(&mut self, topic: &[u8], payload: &[u8]) -> Result<usize, DispatchError> {
+    /// Delivers to every matching link; `Err` only for a bad topic.
+    fn route(&mut self, topic: &[u8], payload: &[u8]) -> Result<Outcome, DispatchError> {
         let (topic, h) = Topic::from_bytes_hashed(topic).map_err(|e| match e {
             TopicError::NotUtf8 => DispatchError::TopicNotUtf8,
             TopicError::TooLong | TopicError::TooManyLevels => DispatchError::TopicTooLong,
@@ -307,7 +309,7 @@ impl<'a, const N: usize, const NODES: usize> Dispatch<'a, N, NODES> {
         if self.nodes.len() > 1 {
             self.match_patterns(topic, payload, &mut out);
         }
-        out.finish()
+        Ok(out)
     }
 
     fn match_patterns(&self, topic: Topic<'_>, payload: &[u8], out: &mut Outcome) {

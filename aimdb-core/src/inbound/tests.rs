@@ -85,6 +85,35 @@ fn overlapping_patterns_all_receive_like_a_broker() {
     assert_eq!(got, [None, Some(2), Some(2), None, None]);
 }
 
+/// Found by `fuzz/` (target `dispatch`): when one matching link rejects a
+/// frame and another accepts it, the accepted write was made but was not
+/// counted in `delivered`.
+#[test]
+fn partial_delivery_counts_the_writes_made() {
+    let wide: Record<NoopRawMutex, Latest<u32>, 1> = Record::new("wide");
+    let flag: Rec<bool> = Record::new("flag");
+    let (lw, lf) = (Link::new(&wide, Postcard), Link::new(&flag, Postcard));
+    let mut bld = Dispatch::<4, 8>::builder();
+    bld.link("sensors/#", &lw).link("+/status", &lf);
+    let mut d = bld.build().unwrap();
+    let (mut rw, mut rf) = (wide.subscribe().unwrap(), flag.subscribe().unwrap());
+    // A `u32` (85) but not a `bool`: one link writes, the other rejects.
+    let got = d.dispatch(b"sensors/status", &[0xd5, 0]);
+    assert_eq!(
+        got,
+        Err(DispatchError::MalformedPayload(DecodeError::Malformed))
+    );
+    assert_eq!(
+        (rw.try_recv(), rf.try_recv()),
+        (Ok(85), Err(TryRecvError::Empty))
+    );
+    let s = d.stats();
+    assert_eq!(
+        (s.delivered, s.malformed_payload, s.total_rejected()),
+        (1, 1, 1)
+    );
+}
+
 #[test]
 fn system_topics_skip_leading_wildcards() {
     let all: Rec<u32> = Record::new("all");
