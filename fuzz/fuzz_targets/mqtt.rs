@@ -1,0 +1,166 @@
+//! The MQTT connector's packet path fed arbitrary broker bytes.
+//!
+//! Input: one flag byte (publish QoS, read chunk size, keep-alive), then
+//! the bytes "the broker" sends, served in chunks by an in-memory stream
+//! that swallows what the client writes and reports end-of-stream when the
+//! bytes run out. The connector runs the fixture's route table (so it
+//! subscribes to its nine filters) and one outbound route holding a value,
+//! with `Reconnect::Never` and a delay that completes at once.
+//!
+//! Invariants: no panic; `run` returns within a bounded number of polls
+//! (the stream never blocks); every received publish goes through the
+//! dispatcher and is checked against the fixture's model (records change
+//! only through declared inbound links, exactly as decoded); the
+//! connector's counters agree with the dispatcher's (`received` = frames
+//! dispatched, `rejected` = their rejections); at most the one outbound
+//! value is published or dropped; one connection attempt, counted as a
+//! failure exactly when `run` says so; not connected at the end.
+#![no_main]
+
+use core::convert::Infallible;
+
+use aimdb_connectors::mqtt::{Config, Connect, Counters, Mqtt, QoS, Reconnect, RouteQos, Stopped};
+use aimdb_core::codec::Postcard;
+use aimdb_core::inbound::{DispatchError, FrameSink, Stats};
+use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::record::{Latest, Record};
+use aimdb_core::sync::Readiness;
+use aimdb_fuzz::fixture::{Harness, Links, Records, Table};
+use embassy_sync::blocking_mutex::raw::NoopRawMutex;
+use embedded_io_async::{ErrorType, Read, Write};
+use libfuzzer_sys::fuzz_target;
+
+/// The broker's side of the connection: scripted bytes in, writes dropped.
+struct Script<'d> {
+    data: &'d [u8],
+    chunk: usize,
+}
+
+impl ErrorType for Script<'_> {
+    type Error = Infallible;
+}
+
+impl Read for Script<'_> {
+    async fn read(&mut self, buf: &mut [u8]) -> Result<usize, Infallible> {
+        let n = self.chunk.min(buf.len()).min(self.data.len());
+        buf[..n].copy_from_slice(&self.data[..n]);
+        self.data = &self.data[n..];
+        Ok(n)
+    }
+}
+
+impl Write for Script<'_> {
+    async fn write(&mut self, buf: &[u8]) -> Result<usize, Infallible> {
+        Ok(buf.len())
+    }
+    async fn flush(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
+}
+
+/// Hands out the one scripted connection.
+struct Once<'d>(Option<Script<'d>>);
+
+impl<'d> Connect for Once<'d> {
+    type Connection<'c>
+        = Script<'d>
+    where
+        Self: 'c;
+    type Error = ();
+    async fn connect(&mut self) -> Result<Script<'d>, ()> {
+        self.0.take().ok_or(())
+    }
+}
+
+struct NoDelay;
+
+impl embedded_hal_async::delay::DelayNs for NoDelay {
+    async fn delay_ns(&mut self, _ns: u32) {}
+}
+
+/// The fixture's table, every dispatch checked against the model.
+struct Checked<'t, 'r> {
+    table: Table<'t>,
+    harness: Harness<'r>,
+    calls: u32,
+    rejected: u32,
+}
+
+impl FrameSink for Checked<'_, '_> {
+    fn dispatch(&mut self, topic: &[u8], payload: &[u8]) -> Result<usize, DispatchError> {
+        self.calls += 1;
+        let got = self.harness.step(&mut self.table, topic, payload);
+        self.rejected += u32::from(got.is_err());
+        got
+    }
+    fn for_each_filter(&self, f: &mut dyn FnMut(&str)) {
+        self.table.for_each_filter(f);
+    }
+    fn stats(&self) -> &Stats {
+        self.table.stats()
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&flags, broker)) = data.split_first() else {
+        return;
+    };
+    let qos = match flags & 3 {
+        0 => QoS::AtMostOnce,
+        1 => QoS::AtLeastOnce,
+        _ => QoS::ExactlyOnce,
+    };
+    let chunk = match (flags >> 2) & 0x1f {
+        0 => usize::MAX,
+        n => n as usize,
+    };
+
+    let records = Records::new();
+    let links = Links::new(&records);
+    let mut sink = Checked {
+        table: links.table(),
+        harness: Harness::new(&records),
+        calls: 0,
+        rejected: 0,
+    };
+
+    static READY: Readiness<1> = Readiness::new();
+    let state: Record<NoopRawMutex, Latest<u8>, 1> = Record::new("state");
+    state.write(7);
+    let mut out_link = OutLink::new(state.subscribe().unwrap(), "out/state", Postcard);
+    let (mut scratch, mut topic) = ([0u8; 16], [0u8; 16]);
+    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut scratch, &mut topic);
+    b.link(&mut out_link);
+    let mut routes = b.build().unwrap();
+
+    let mut config = Config::new("fuzz");
+    config.reconnect = Reconnect::Never;
+    config.keep_alive_secs = if flags & 0x80 != 0 { 5 } else { 0 };
+    config.publish_qos = RouteQos::All(qos);
+    let counters = Counters::new();
+    let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
+    let connect = Once(Some(Script {
+        data: broker,
+        chunk,
+    }));
+    let mut mqtt = Mqtt::new(config, &mut rx, &mut tx, connect, NoDelay, &counters).unwrap();
+
+    let stopped = aimdb_fuzz::poll_bounded(mqtt.run(&mut sink, &mut routes), 1_000)
+        .expect("run ends once the broker's bytes run out");
+
+    let c = counters.snapshot();
+    if std::env::var_os("AIMDB_FUZZ_DEBUG").is_some() {
+        eprintln!("{stopped:?} {c:?} {:?}", sink.table.stats());
+    }
+    assert_eq!(c.received, sink.calls, "{c:?}");
+    assert_eq!(c.rejected, sink.rejected, "{c:?}");
+    assert_eq!(c.rejected, sink.table.stats().total_rejected(), "{c:?}");
+    assert!(c.published + c.dropped <= 1, "one outbound value: {c:?}");
+    assert_eq!(c.reconnects, 0, "{c:?}");
+    assert!(!c.connected, "{c:?}");
+    match stopped {
+        Stopped::ConnectFailed(n) => assert_eq!((n, c.connect_failures), (1, 1), "{c:?}"),
+        Stopped::Disconnected => assert_eq!(c.connect_failures, 0, "{c:?}"),
+        other => panic!("unexpected stop {other:?}"),
+    }
+});
