@@ -80,8 +80,18 @@ bench:
 soak:
 	$(CARGO) test --release -p aimdb-connectors --all-features --test soak -- --ignored --nocapture
 
+## libFuzzer targets in fuzz/ (nightly; installs cargo-fuzz when missing):
+## each for FUZZ_SECONDS from the committed corpus; non-zero on a finding.
+.PHONY: fuzz fuzz-smoke
+fuzz:
+	bash scripts/fuzz.sh $(or $(FUZZ_SECONDS),120)
+
+## The CI smoke: every target for 25 s.
+fuzz-smoke:
+	bash scripts/fuzz.sh 25
+
 ## Debian packages the tests need (idempotent).
 deps:
 	bash scripts/install-deps.sh
 
-ci: deps fmt-check clippy test loom nostd firmware e2e bench-gate
+ci: deps fmt-check clippy test loom nostd firmware e2e bench-gate fuzz-smoke
