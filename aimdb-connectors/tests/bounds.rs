@@ -300,8 +300,11 @@ fn one_hundred_thousand_distinct_keys_fill_the_table_and_memory_stays_flat() {
     assert_eq!(stats.snapshot().frames_in, CAPACITY as u32 + 1);
     assert_eq!(DEVICES.get("k0").map(|r| r.writes()), Some(2));
     assert_eq!(allocated, 0, "the connector allocated");
+    // Zero allocations is the exact check; RSS is the process-level one,
+    // with room for the other tests of this binary running alongside (a
+    // leak of one allocation per refused key would be several MiB).
     assert!(
-        rss_after <= rss_before + 1024,
+        rss_after <= rss_before + 2048,
         "RSS grew from {rss_before} KiB to {rss_after} KiB"
     );
     let long = "k".repeat(KEY_MAX_LEN + 1);
