@@ -82,6 +82,18 @@ SEEDS = {
     "ping_disconnect": bytes([0x80]) + CONNACK + SUBACKS + PINGRESP + PUBS[2] + DISCONNECT,
     "pub_during_subscribe": bytes([0]) + CONNACK + suback(1) + PUBS[0] + SUBACKS[6:],
 }
+# Two connections (flag 0x40; the next byte splits the rest).
+first = CONNACK + SUBACKS + PUBS[0]
+second = CONNACK + SUBACKS + PUBS[1] + PUBACK
+for name, flag, a, b in [
+    ("reconnect", 0x40, first, second),
+    ("reconnect_qos1", 0x41, first, second),
+    ("reconnect_present", 0x40, first, CONNACK_PRESENT + PUBS[2]),
+]:
+    body = a + b
+    at = (len(a) * 256 + len(body) - 1) // len(body)  # rest.len() * at / 256 == len(a)
+    assert len(body) * at // 256 == len(a)
+    SEEDS[name] = bytes([flag, at]) + body
 for i, p in enumerate(PUBS):
     SEEDS[f"pub_{i:02}"] = bytes([0]) + CONNACK + SUBACKS + p
 
