@@ -24,7 +24,8 @@
 //!   without persistence): per route, no value arrives out of order
 //!   except as a repeat of one already received (QoS 1 re-delivery); the
 //!   values lost are only those in flight when the broker died (at most
-//!   `WINDOW` per route); every route's last value arrives. Lost and
+//!   `WINDOW` × routes in all, the most the pacing lets be in flight);
+//!   every route's last value arrives. Lost and
 //!   repeated counts are printed.
 //! - **memory**: resident set size (VmRSS) at the end is within 8 MiB of
 //!   its value after warm-up (10% of the messages); both are printed.
