@@ -86,13 +86,13 @@ fn a_framed_peer_cannot_write_an_outbound_only_record() {
 #[tokio::test]
 async fn a_broker_client_cannot_write_an_outbound_only_record() {
     use aimdb_connectors::mqtt::{Config, Counters, Mqtt, TcpConnect, TokioDelay};
-    use broker::{free_port, publish, Broker, Sub, WAIT};
+    use mosquitto::{free_port, publish, Broker, Sub, WAIT};
     use std::net::SocketAddr;
 
     static STATE: Record<Cs, Latest<u32>, 2> = Record::new("state");
     static SETPOINT: Record<Cs, Latest<u32>, 1> = Record::new("setpoint");
     static READY: Readiness<1> = Readiness::new();
-    let broker = Broker::start(free_port());
+    let broker = Broker::anonymous(free_port());
     let mut watcher = Sub::start(&broker, "watcher", "dev/state").await;
 
     let mut state_out = OutLink::new(STATE.subscribe().unwrap(), "dev/state", Postcard);
@@ -142,5 +142,4 @@ async fn a_broker_client_cannot_write_an_outbound_only_record() {
 }
 
 #[cfg(all(feature = "mqtt", feature = "tokio"))]
-#[path = "common/broker.rs"]
-mod broker;
+mod mosquitto;

@@ -355,8 +355,7 @@ fn pending_outbound_per_route_is_the_ring_capacity() {
 // ------------------------------------------------------ MQTT packet size
 
 #[cfg(all(feature = "mqtt", feature = "tokio"))]
-#[path = "common/broker.rs"]
-mod broker;
+mod mosquitto;
 
 /// `n` bytes of `v`'s low byte: a payload of a chosen size.
 #[cfg(all(feature = "mqtt", feature = "tokio"))]
@@ -379,13 +378,13 @@ fn padded(v: &u32, buf: &mut [u8]) -> Result<usize, aimdb_core::codec::EncodeErr
 #[tokio::test]
 async fn mqtt_packet_size_is_bounded_by_the_session_buffers() {
     use aimdb_connectors::mqtt::{Config, Counters, Mqtt, TcpConnect, TokioDelay};
-    use broker::{free_port, publish, Broker, Sub, WAIT};
+    use mosquitto::{free_port, publish, Broker, Sub, WAIT};
     use std::net::SocketAddr;
 
     static OUT: Record<Cs, Ring<u32, 4>, 1> = Record::new("out");
     static IN: Record<Cs, Ring<u8, 4>, 1> = Record::new("in");
     static READY: Readiness<1> = Readiness::new();
-    let broker = Broker::start(free_port());
+    let broker = Broker::anonymous(free_port());
     let mut sub = Sub::start(&broker, "watcher", "big/#").await;
 
     let encode: fn(&u32, &mut [u8]) -> Result<usize, aimdb_core::codec::EncodeError> = padded;

@@ -92,7 +92,7 @@ fn secured_broker(dir: &TempDir, tls: &str) -> Broker {
         dir,
         free_port(),
         &format!(
-            "allow_anonymous false\npassword_file {}\n{tls}",
+            "log_type all\nallow_anonymous false\npassword_file {}\n{tls}",
             passwd.display()
         ),
     )
@@ -109,7 +109,7 @@ async fn round_trip<C: Connect>(
     inn: &'static Record<Cs, Latest<u32>, 1>,
     ready: &'static Readiness<1>,
 ) {
-    let mut sub = Sub::start(broker, clients, "watcher", "dev/state").await;
+    let mut sub = Sub::start_with(broker, clients, "watcher", "dev/state").await;
     let mut level = inn.subscribe().unwrap();
     let in_link = InLink::new(inn, Postcard);
     let mut b = Dispatch::<2, 2>::builder();
@@ -281,7 +281,7 @@ async fn password_auth_wrong_password_is_refused_and_nothing_flows() {
     let dir = TempDir::new("mqtt-passwd-bad");
     let broker = secured_broker(&dir, "");
     let clients = ClientArgs::new(&broker).user(USER, PASSWORD);
-    let mut sub = Sub::start(&broker, &clients, "watcher", "dev/state").await;
+    let mut sub = Sub::start_with(&broker, &clients, "watcher", "dev/state").await;
     let connect = TcpConnect::new(addr(broker.port));
     refused(
         &mut sub,
@@ -392,7 +392,7 @@ async fn tls_untrusted_ca_or_wrong_name_fails_to_connect_and_is_counted() {
 
     // The connector with the other CA (and the right password): attempts
     // fail in the handshake, are counted, and it gives up without a panic.
-    let mut sub = Sub::start(&broker, &clients, "watcher", "dev/state").await;
+    let mut sub = Sub::start_with(&broker, &clients, "watcher", "dev/state").await;
     refused(&mut sub, &clients, untrusted, PASSWORD, &OUT, &IN, &READY).await;
     // No MQTT session was ever opened by it.
     assert!(!broker.log().contains("aimdb-refused"), "{}", broker.log());

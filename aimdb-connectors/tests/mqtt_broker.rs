@@ -1,6 +1,6 @@
 //! The MQTT connector against a real mosquitto broker.
 //!
-//! Each test starts its own `mosquitto` (config file written here, listener
+//! Each test starts its own `mosquitto` (see `mosquitto/mod.rs`: listener
 //! on 127.0.0.1 and a free port, anonymous access) and kills it by PID when
 //! its guard drops. `mosquitto_sub` / `mosquitto_pub` play the other
 //! clients. Every wait is bounded by [`WAIT`]; a timeout fails the test, no
@@ -11,12 +11,10 @@
 //! disabled: the broker-restart test must then fail (the control that shows
 //! it tests reconnection).
 
+mod mosquitto;
+
 use std::cell::Cell;
-use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener, TcpStream as StdTcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use aimdb_connectors::mqtt::{
@@ -29,241 +27,8 @@ use aimdb_core::outbound::{Link as OutLink, Routes};
 use aimdb_core::record::{Keyed, Latest, Record, Ring};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-
-/// Bound on every wait in these tests.
-const WAIT: Duration = Duration::from_secs(15);
-
-// ------------------------------------------------------------------ broker
-
-fn mosquitto_bin() -> PathBuf {
-    const INSTALL: &str = "install the Debian packages `mosquitto mosquitto-clients` \
-                           (scripts/install-deps.sh does)";
-    if let Some(p) = std::env::var_os("MOSQUITTO") {
-        let p = PathBuf::from(p);
-        assert!(
-            p.exists(),
-            "MOSQUITTO={} does not exist: {INSTALL}",
-            p.display()
-        );
-        return p;
-    }
-    for p in [
-        "/usr/sbin/mosquitto",
-        "/usr/bin/mosquitto",
-        "/usr/local/sbin/mosquitto",
-    ] {
-        if std::path::Path::new(p).exists() {
-            return p.into();
-        }
-    }
-    panic!(
-        "mosquitto not found (looked in /usr/sbin, /usr/bin, /usr/local/sbin; or set MOSQUITTO): \
-         {INSTALL}"
-    );
-}
-
-fn client_tool(name: &str) -> Command {
-    let probe = Command::new(name)
-        .arg("--help")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if probe.is_err() {
-        panic!("`{name}` not found: install the Debian package `mosquitto-clients`");
-    }
-    Command::new(name)
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local addr").port()
-}
-
-/// A mosquitto process, killed (by its PID) on drop.
-struct Broker {
-    child: Child,
-    port: u16,
-    log: Arc<Mutex<String>>,
-    _dir: PathBuf,
-}
-
-impl Broker {
-    fn start(port: u16) -> Self {
-        let bin = mosquitto_bin();
-        let dir = std::env::temp_dir().join(format!("aimdb-mqtt-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("broker dir");
-        let conf = dir.join("mosquitto.conf");
-        // `user root`: when the tests run as root (CI), keep root instead of
-        // switching to a `mosquitto` user that may not exist.
-        std::fs::write(
-            &conf,
-            format!(
-                "user root\nlistener {port} 127.0.0.1\nallow_anonymous true\n\
-                 log_dest stderr\nlog_type all\n"
-            ),
-        )
-        .expect("write broker config");
-        let mut child = Command::new(&bin)
-            .arg("-c")
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-        let log = Arc::new(Mutex::new(String::new()));
-        let stderr = child.stderr.take().expect("broker stderr");
-        let sink = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                let mut l = sink.lock().unwrap();
-                l.push_str(&line);
-                l.push('\n');
-            }
-        });
-        let mut broker = Broker {
-            child,
-            port,
-            log,
-            _dir: dir,
-        };
-        let deadline = std::time::Instant::now() + WAIT;
-        loop {
-            if StdTcpStream::connect(("127.0.0.1", port)).is_ok() {
-                break;
-            }
-            if let Ok(Some(status)) = broker.child.try_wait() {
-                panic!(
-                    "mosquitto exited ({status}) before listening on {port}:\n{}",
-                    broker.log()
-                );
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "mosquitto not listening on {port} within {WAIT:?}:\n{}",
-                broker.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        broker
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    async fn wait_log(&self, needle: &str) {
-        let found = tokio::time::timeout(WAIT, async {
-            while !self.log().contains(needle) {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
-        assert!(
-            found.is_ok(),
-            "broker log never showed {needle:?} within {WAIT:?}:\n{}",
-            self.log()
-        );
-    }
-
-    /// The filters `client` subscribed to, from mosquitto's
-    /// `<time>: <client> <qos> <filter>` log lines.
-    fn subscriptions(&self, client: &str) -> Vec<String> {
-        self.log()
-            .lines()
-            .filter_map(|l| {
-                let (_, rest) = l.split_once(": ")?;
-                let mut w = rest.split(' ');
-                let (c, q, f) = (w.next()?, w.next()?, w.next()?);
-                (c == client && q.parse::<u8>().is_ok() && w.next().is_none())
-                    .then(|| f.to_string())
-            })
-            .collect()
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A `mosquitto_sub` printing `topic hexpayload` lines; killed on drop.
-struct Sub {
-    child: tokio::process::Child,
-    lines: tokio::io::Lines<BufReader2>,
-}
-type BufReader2 = tokio::io::BufReader<tokio::process::ChildStdout>;
-
-impl Sub {
-    async fn start(broker: &Broker, id: &str, filter: &str) -> Self {
-        let std_cmd = client_tool("mosquitto_sub");
-        let mut cmd = tokio::process::Command::from(std_cmd);
-        cmd.args(["-h", "127.0.0.1", "-p", &broker.port.to_string()])
-            .args(["-i", id, "-t", filter, "-q", "1", "-F", "%t %x"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().expect("start mosquitto_sub");
-        let out = child.stdout.take().expect("sub stdout");
-        broker.wait_log(&format!("Sending SUBACK to {id}")).await;
-        Sub {
-            child,
-            lines: tokio::io::BufReader::new(out).lines(),
-        }
-    }
-
-    async fn next(&mut self) -> String {
-        match tokio::time::timeout(WAIT, self.lines.next_line()).await {
-            Ok(Ok(Some(l))) => l,
-            Ok(other) => panic!("mosquitto_sub ended: {other:?}"),
-            Err(_) => panic!("mosquitto_sub received nothing within {WAIT:?}"),
-        }
-    }
-
-    /// Reads lines until `want` arrives (lines before it are returned too).
-    async fn until(&mut self, want: &str) -> Vec<String> {
-        let mut seen = Vec::new();
-        loop {
-            let l = self.next().await;
-            let done = l == want;
-            seen.push(l);
-            if done {
-                return seen;
-            }
-        }
-    }
-}
-
-impl Drop for Sub {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-    }
-}
-
-/// `mosquitto_pub` of raw bytes (from stdin), waited for.
-async fn publish(broker: &Broker, topic: &str, payload: &[u8]) {
-    let mut cmd = tokio::process::Command::from(client_tool("mosquitto_pub"));
-    cmd.args(["-h", "127.0.0.1", "-p", &broker.port.to_string()])
-        .args(["-t", topic, "-q", "1", "-s"])
-        .stdin(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().expect("start mosquitto_pub");
-    let mut stdin = child.stdin.take().expect("pub stdin");
-    stdin.write_all(payload).await.expect("write payload");
-    drop(stdin);
-    let status = tokio::time::timeout(WAIT, child.wait())
-        .await
-        .expect("mosquitto_pub finished in time")
-        .expect("mosquitto_pub status");
-    assert!(
-        status.success(),
-        "mosquitto_pub -t {topic} failed: {status}"
-    );
-}
+use mosquitto::{free_port, publish, Broker, Sub, WAIT};
+use tokio::io::AsyncWriteExt;
 
 // --------------------------------------------------------------- utilities
 
@@ -348,7 +113,7 @@ async fn records_published_by_the_connector_reach_mosquitto_sub() {
     static TEMPS: Record<Cs, Ring<u16, 8>, 1> = Record::new("temps");
     static READY: Readiness<1> = Readiness::new();
 
-    let broker = Broker::start(free_port());
+    let broker = Broker::anonymous(free_port());
     let mut sub = Sub::start(&broker, "watcher", "dev/#").await;
 
     let mut status = OutLink::new(STATUS.subscribe().unwrap(), "dev/status", Postcard);
@@ -403,7 +168,7 @@ async fn mosquitto_pub_messages_land_in_exact_wildcard_and_keyed_routes() {
     static DEVICES: Keyed<Cs, Latest<u32>, 4, 1> = Keyed::new("devices");
     static READY: Readiness<1> = Readiness::new();
 
-    let broker = Broker::start(free_port());
+    let broker = Broker::anonymous(free_port());
 
     let mut led = LED.subscribe().unwrap();
     let mut room_temps = ROOM_TEMPS.subscribe().unwrap();
@@ -483,7 +248,7 @@ async fn malformed_payloads_are_counted_and_rejected_good_ones_still_arrive() {
     static FLAG: Record<Cs, Latest<bool>, 1> = Record::new("flag");
     static READY: Readiness<1> = Readiness::new();
 
-    let broker = Broker::start(free_port());
+    let broker = Broker::anonymous(free_port());
     let mut level = LEVEL.subscribe().unwrap();
     let mut flag = FLAG.subscribe().unwrap();
     let level_link = InLink::new(&LEVEL, Postcard);
@@ -542,7 +307,7 @@ async fn broker_restart_is_survived_resubscribed_and_latest_replayed() {
     static READY: Readiness<1> = Readiness::new();
 
     let port = free_port();
-    let broker = Broker::start(port);
+    let broker = Broker::anonymous(port);
     let mut sub = Sub::start(&broker, "watcher1", "dev/state").await;
 
     let mut setpoint = SETPOINT.subscribe().unwrap();
@@ -583,7 +348,7 @@ async fn broker_restart_is_survived_resubscribed_and_latest_replayed() {
         drop(sub);
         drop(broker.take());
         until("the drop to be noticed", || !counters.is_connected()).await;
-        let broker = Broker::start(port);
+        let broker = Broker::anonymous(port);
         let mut sub = Sub::start(&broker, "watcher2", "dev/state").await;
         gate.set(true);
         until("the reconnection", || {
@@ -611,7 +376,7 @@ async fn broker_restart_is_survived_resubscribed_and_latest_replayed() {
 #[tokio::test]
 async fn reconnecting_disabled_stops_at_the_first_drop() {
     static READY: Readiness<1> = Readiness::new();
-    let broker = Broker::start(free_port());
+    let broker = Broker::anonymous(free_port());
     let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
     let mut routes = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic)

@@ -31,8 +31,7 @@
 //!   its value after warm-up (10% of the messages); both are printed.
 #![cfg(all(feature = "mqtt", feature = "tokio"))]
 
-#[path = "common/broker.rs"]
-mod broker;
+mod mosquitto;
 
 use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
@@ -51,9 +50,9 @@ use aimdb_core::inbound::{Dispatch, Link as InLink};
 use aimdb_core::outbound::{Link as OutLink, Routes};
 use aimdb_core::record::{Reader, Record, RecvError, Ring};
 use aimdb_core::sync::Readiness;
-use broker::{free_port, Broker};
 use embassy_futures::select::{select, Either};
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+use mosquitto::{free_port, Broker};
 
 const ROUTES: usize = 256;
 const TOTAL: usize = 1_000_000;
@@ -409,7 +408,7 @@ fn one_million_messages_framed_with_faults_and_mqtt_with_a_broker_restart() {
     let deadline = started + LIMIT;
     let port = free_port();
     let quiet = "log_type error\nmax_queued_messages 0\nset_tcp_nodelay true\n";
-    let mut broker = Some(Broker::start_with(port, quiet));
+    let mut broker = Some(Broker::anonymous_with(port, quiet));
 
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let gw_port = listener.local_addr().unwrap().port();
@@ -450,7 +449,7 @@ fn one_million_messages_framed_with_faults_and_mqtt_with_a_broker_restart() {
     wait("both to notice", &|| {
         !G_MQTT.is_connected() && !S_MQTT.is_connected()
     });
-    broker = Some(Broker::start_with(port, quiet));
+    broker = Some(Broker::anonymous_with(port, quiet));
     wait("the subscriber to reconnect", &|| {
         S_MQTT.is_connected() && S_MQTT.reconnects() == 1
     });

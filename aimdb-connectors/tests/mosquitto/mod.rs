@@ -1,17 +1,24 @@
-//! A mosquitto broker and its command-line clients for tests, with
-//! password files and TLS listeners.
+//! A mosquitto broker and its command-line clients for tests, shared by
+//! every test that needs a broker (`mqtt_broker.rs`, `mqtt_auth_tls.rs`,
+//! `access.rs`, `bounds.rs`, `soak.rs`, each through `mod mosquitto;`).
+//! Only std and tokio, no connector types.
 //!
-//! Each [`Broker`] runs its own `mosquitto` on 127.0.0.1 and a free port
-//! with the listener settings the test gives, writes its files into a
-//! [`TempDir`] of its own, and is killed by PID when dropped. Every wait is
-//! bounded by [`WAIT`]. Without mosquitto installed the tests fail with a
-//! message naming the Debian packages (`mosquitto mosquitto-clients`).
+//! Each [`Broker`] runs its own `mosquitto` on 127.0.0.1 and a port the test
+//! picks ([`free_port`], or the same port again to restart a broker), with
+//! the listener settings the test gives: anonymous ([`Broker::anonymous`])
+//! or free-form ([`Broker::start`]: password files, TLS). Its files go into
+//! a [`TempDir`], removed on drop, and it is killed by PID when dropped.
+//! `mosquitto_sub` ([`Sub`]) and `mosquitto_pub` ([`publish`]) play the
+//! other clients, with [`ClientArgs`] for credentials and a CA. Every wait
+//! is bounded by [`WAIT`]. Without mosquitto installed the tests fail with
+//! a message naming the Debian packages (`mosquitto mosquitto-clients`);
+//! `MOSQUITTO=/path/to/mosquitto` picks the broker binary.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -121,12 +128,32 @@ pub struct Broker {
     child: Child,
     pub port: u16,
     log: Arc<Mutex<String>>,
+    /// The broker's own files, when it owns them ([`Broker::anonymous`]);
+    /// removed after the process is gone.
+    dir: Option<TempDir>,
 }
 
 impl Broker {
+    /// An anonymous broker on `port` logging everything (what [`Sub`]
+    /// needs). Starting one again on a port whose broker was dropped
+    /// restarts it there.
+    pub fn anonymous(port: u16) -> Self {
+        Self::anonymous_with(port, "log_type all")
+    }
+
+    /// An anonymous broker whose config ends with `extra` (log types, queue
+    /// limits), its files in a [`TempDir`] of its own.
+    pub fn anonymous_with(port: u16, extra: &str) -> Self {
+        let dir = TempDir::new(&format!("mqtt-{port}"));
+        let mut broker = Self::start(&dir, port, &format!("allow_anonymous true\n{extra}"));
+        broker.dir = Some(dir);
+        broker
+    }
+
     /// Starts mosquitto with `listener <port> 127.0.0.1` followed by
-    /// `settings` (one directive per line), its config file in `dir`, and
-    /// waits until the port accepts TCP.
+    /// `settings` (one directive per line, log types included: [`Sub`]
+    /// waits for the SUBACK in the log, so it needs `log_type all`), its
+    /// config file in `dir`, and waits until the port accepts TCP.
     pub fn start(dir: &TempDir, port: u16, settings: &str) -> Self {
         let bin = mosquitto_bin();
         // `user root`: when the tests run as root (CI), keep root instead of
@@ -134,10 +161,7 @@ impl Broker {
         // read the test's files).
         let conf = dir.write(
             "mosquitto.conf",
-            format!(
-                "user root\nlog_dest stderr\nlog_type all\n\
-                 listener {port} 127.0.0.1\n{settings}\n"
-            ),
+            format!("user root\nlog_dest stderr\nlistener {port} 127.0.0.1\n{settings}\n"),
         );
         let mut child = Command::new(&bin)
             .arg("-c")
@@ -158,7 +182,12 @@ impl Broker {
                 l.push('\n');
             }
         });
-        let mut broker = Broker { child, port, log };
+        let mut broker = Broker {
+            child,
+            port,
+            log,
+            dir: None,
+        };
         let deadline = Instant::now() + WAIT;
         loop {
             if TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -198,6 +227,21 @@ impl Broker {
             self.log()
         );
     }
+
+    /// The filters `client` subscribed to, from mosquitto's
+    /// `<time>: <client> <qos> <filter>` log lines (`log_type all`).
+    pub fn subscriptions(&self, client: &str) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter_map(|l| {
+                let (_, rest) = l.split_once(": ")?;
+                let mut w = rest.split(' ');
+                let (c, q, f) = (w.next()?, w.next()?, w.next()?);
+                (c == client && q.parse::<u8>().is_ok() && w.next().is_none())
+                    .then(|| f.to_string())
+            })
+            .collect()
+    }
 }
 
 impl Drop for Broker {
@@ -234,6 +278,19 @@ impl ClientArgs {
     }
 }
 
+/// Anonymous clients of `broker`.
+impl From<&Broker> for ClientArgs {
+    fn from(broker: &Broker) -> Self {
+        Self::new(broker)
+    }
+}
+
+impl From<&ClientArgs> for ClientArgs {
+    fn from(args: &ClientArgs) -> Self {
+        args.clone()
+    }
+}
+
 /// A `mosquitto_sub` printing `topic hexpayload` lines; killed on drop.
 pub struct Sub {
     child: tokio::process::Child,
@@ -241,8 +298,14 @@ pub struct Sub {
 }
 
 impl Sub {
-    /// Subscribes client `id` to `filter` and waits for the broker's SUBACK.
-    pub async fn start(broker: &Broker, args: &ClientArgs, id: &str, filter: &str) -> Self {
+    /// Subscribes anonymous client `id` to `filter` and waits for the
+    /// broker's SUBACK.
+    pub async fn start(broker: &Broker, id: &str, filter: &str) -> Self {
+        Self::start_with(broker, &ClientArgs::new(broker), id, filter).await
+    }
+
+    /// [`Sub::start`] with `args` (credentials, CA).
+    pub async fn start_with(broker: &Broker, args: &ClientArgs, id: &str, filter: &str) -> Self {
         let mut cmd = tokio::process::Command::from(tool("mosquitto_sub"));
         cmd.args(&args.0)
             .args(["-i", id, "-t", filter, "-q", "1", "-F", "%t %x"])
@@ -266,6 +329,19 @@ impl Sub {
             Err(_) => panic!("mosquitto_sub received nothing within {WAIT:?}"),
         }
     }
+
+    /// Reads lines until `want` arrives (lines before it are returned too).
+    pub async fn until(&mut self, want: &str) -> Vec<String> {
+        let mut seen = Vec::new();
+        loop {
+            let l = self.next().await;
+            let done = l == want;
+            seen.push(l);
+            if done {
+                return seen;
+            }
+        }
+    }
 }
 
 impl Drop for Sub {
@@ -274,9 +350,11 @@ impl Drop for Sub {
     }
 }
 
-/// `mosquitto_pub` of raw bytes (from stdin) at QoS 1; returns whether it
-/// succeeded (a refused connection is a failure).
-pub async fn try_publish(args: &ClientArgs, topic: &str, payload: &[u8]) -> bool {
+/// `mosquitto_pub` of raw bytes (from stdin) at QoS 1, as `to` (a
+/// [`Broker`] for an anonymous client, or [`ClientArgs`]); returns its exit
+/// status (a refused connection is a failure).
+async fn pub_status(to: impl Into<ClientArgs>, topic: &str, payload: &[u8]) -> ExitStatus {
+    let args: ClientArgs = to.into();
     let mut cmd = tokio::process::Command::from(tool("mosquitto_pub"));
     cmd.args(&args.0)
         .args(["-t", topic, "-q", "1", "-s"])
@@ -292,13 +370,19 @@ pub async fn try_publish(args: &ClientArgs, topic: &str, payload: &[u8]) -> bool
         .await
         .expect("mosquitto_pub finished in time")
         .expect("mosquitto_pub status");
-    status.success()
+    status
 }
 
-/// [`try_publish`] that must succeed.
-pub async fn publish(args: &ClientArgs, topic: &str, payload: &[u8]) {
+/// Whether a `mosquitto_pub` (see [`pub_status`]) succeeded.
+pub async fn try_publish(to: impl Into<ClientArgs>, topic: &str, payload: &[u8]) -> bool {
+    pub_status(to, topic, payload).await.success()
+}
+
+/// A `mosquitto_pub` (see [`pub_status`]) that must succeed.
+pub async fn publish(to: impl Into<ClientArgs>, topic: &str, payload: &[u8]) {
+    let status = pub_status(to, topic, payload).await;
     assert!(
-        try_publish(args, topic, payload).await,
-        "mosquitto_pub -t {topic} failed"
+        status.success(),
+        "mosquitto_pub -t {topic} failed: {status}"
     );
 }
