@@ -14,6 +14,33 @@ use embassy_futures::select::{select, Either};
 use embassy_sync::blocking_mutex::raw::{CriticalSectionRawMutex as Cs, NoopRawMutex};
 use embedded_io_async::Write;
 
+fn leak<T>(v: T) -> &'static mut T {
+    Box::leak(Box::new(v))
+}
+
+/// The device's routes in both tests: `state` published on `dev/state`
+/// (outbound only), `dev/setpoint` delivered into `setpoint`.
+fn device_routes(
+    state: &'static Record<Cs, Latest<u32>, 2>,
+    setpoint: &'static Record<Cs, Latest<u32>, 1>,
+    ready: &'static Readiness<1>,
+) -> (
+    Routes<'static, &'static Readiness<1>, 1, 1>,
+    Dispatch<'static, 2, 4>,
+) {
+    let state_out = leak(OutLink::new(
+        state.subscribe().unwrap(),
+        "dev/state",
+        Postcard,
+    ));
+    let mut b = Routes::<_, 1, 1>::builder(ready, leak([0u8; 16]), leak([0u8; 16]));
+    b.link(state_out);
+    let routes = b.build().unwrap();
+    let mut b = Dispatch::<2, 4>::builder();
+    b.link("dev/setpoint", leak(InLink::new(setpoint, Postcard)));
+    (routes, b.build().unwrap())
+}
+
 /// A framed peer writes to the device's outbound-only `state` record (by
 /// its published topic, and by wildcards that would match it): every
 /// frame is refused and counted, the record keeps the device's own value,
@@ -24,15 +51,7 @@ fn a_framed_peer_cannot_write_an_outbound_only_record() {
     static SETPOINT: Record<Cs, Latest<u32>, 1> = Record::new("setpoint");
     static READY: Readiness<1> = Readiness::new();
 
-    let mut state_out = OutLink::new(STATE.subscribe().unwrap(), "dev/state", Postcard);
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic);
-    b.link(&mut state_out);
-    let mut routes = b.build().unwrap();
-    let setpoint_in = InLink::new(&SETPOINT, Postcard);
-    let mut b = Dispatch::<2, 4>::builder();
-    b.link("dev/setpoint", &setpoint_in);
-    let mut dispatch = b.build().unwrap();
+    let (mut routes, mut dispatch) = device_routes(&STATE, &SETPOINT, &READY);
     let mut setpoint = SETPOINT.subscribe().unwrap();
     let mut state = STATE.subscribe().unwrap();
     STATE.write(1);
@@ -85,9 +104,8 @@ fn a_framed_peer_cannot_write_an_outbound_only_record() {
 #[cfg(all(feature = "mqtt", feature = "tokio"))]
 #[tokio::test]
 async fn a_broker_client_cannot_write_an_outbound_only_record() {
-    use aimdb_connectors::mqtt::{Config, Counters, Mqtt, TcpConnect, TokioDelay};
-    use mosquitto::{free_port, publish, Broker, Sub, WAIT};
-    use std::net::SocketAddr;
+    use aimdb_connectors::mqtt::{Config, Counters};
+    use mosquitto::{alongside, connector, free_port, publish, tcp, within, Broker, Sub};
 
     static STATE: Record<Cs, Latest<u32>, 2> = Record::new("state");
     static SETPOINT: Record<Cs, Latest<u32>, 1> = Record::new("setpoint");
@@ -95,29 +113,13 @@ async fn a_broker_client_cannot_write_an_outbound_only_record() {
     let broker = Broker::anonymous(free_port());
     let mut watcher = Sub::start(&broker, "watcher", "dev/state").await;
 
-    let mut state_out = OutLink::new(STATE.subscribe().unwrap(), "dev/state", Postcard);
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic);
-    b.link(&mut state_out);
-    let mut routes = b.build().unwrap();
-    let setpoint_in = InLink::new(&SETPOINT, Postcard);
-    let mut b = Dispatch::<2, 4>::builder();
-    b.link("dev/setpoint", &setpoint_in);
-    let mut inbound = b.build().unwrap();
+    let (mut routes, mut inbound) = device_routes(&STATE, &SETPOINT, &READY);
     let mut setpoint = SETPOINT.subscribe().unwrap();
 
     let counters = Counters::new();
     let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
-    let connect = TcpConnect::new(SocketAddr::from(([127, 0, 0, 1], broker.port)));
-    let mut mqtt = Mqtt::new(
-        Config::new("aimdb-access"),
-        &mut rx,
-        &mut tx,
-        connect,
-        TokioDelay,
-        &counters,
-    )
-    .unwrap();
+    let c = Config::new("aimdb-access");
+    let mut mqtt = connector(c, &mut rx, &mut tx, tcp(broker.port), &counters);
     STATE.write(1);
     let body = async {
         // The device's own value went out: the connector is up.
@@ -128,14 +130,9 @@ async fn a_broker_client_cannot_write_an_outbound_only_record() {
         publish(&broker, "dev/state", &[99]).await;
         assert_eq!(watcher.next().await, "dev/state 63");
         publish(&broker, "dev/setpoint", &[5]).await;
-        let got = tokio::time::timeout(WAIT, setpoint.recv()).await;
-        assert_eq!(got.expect("setpoint"), Ok(5));
+        assert_eq!(within("setpoint", setpoint.recv()).await, Ok(5));
     };
-    tokio::select! {
-        biased;
-        () = body => {}
-        why = mqtt.run(&mut inbound, &mut routes) => panic!("connector stopped: {why}"),
-    }
+    alongside(mqtt.run(&mut inbound, &mut routes), body).await;
     assert_eq!(STATE.writes(), 1, "only the device wrote its state");
     let s = counters.snapshot();
     assert_eq!((s.received, s.rejected), (1, 0), "{s:?}");

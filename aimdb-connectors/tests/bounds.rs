@@ -6,6 +6,8 @@
 //! not grow" is checked exactly (zero allocations on the connector's
 //! thread) as well as by the process's resident set size.
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::task::{Context, Poll};
@@ -18,6 +20,7 @@ use aimdb_core::outbound::{self, Link as OutLink, MessageSource, Routes};
 use aimdb_core::record::{Keyed, Latest, Record, Ring, KEY_MAX_LEN};
 use aimdb_core::sync::Readiness;
 use aimdb_core::topic::MAX_TOPIC_LEN;
+use common::{leak, rss_kib};
 use embassy_futures::join::join;
 use embassy_futures::select::{select, Either};
 use embassy_sync::blocking_mutex::raw::{CriticalSectionRawMutex as Cs, NoopRawMutex};
@@ -55,19 +58,6 @@ static GLOBAL: Counting = Counting;
 /// Allocations made by this thread so far.
 fn allocs() -> u64 {
     ALLOCS.with(|c| c.get())
-}
-
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
-}
-
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
 }
 
 // ------------------------------------------------------------- helpers
@@ -377,9 +367,8 @@ fn padded(v: &u32, buf: &mut [u8]) -> Result<usize, aimdb_core::codec::EncodeErr
 #[cfg(all(feature = "mqtt", feature = "tokio"))]
 #[tokio::test]
 async fn mqtt_packet_size_is_bounded_by_the_session_buffers() {
-    use aimdb_connectors::mqtt::{Config, Counters, Mqtt, TcpConnect, TokioDelay};
-    use mosquitto::{free_port, publish, Broker, Sub, WAIT};
-    use std::net::SocketAddr;
+    use aimdb_connectors::mqtt::{Config, Counters};
+    use mosquitto::{alongside, connector, free_port, publish, tcp, until, within, Broker, Sub};
 
     static OUT: Record<Cs, Ring<u32, 4>, 1> = Record::new("out");
     static IN: Record<Cs, Ring<u8, 4>, 1> = Record::new("in");
@@ -401,37 +390,18 @@ async fn mqtt_packet_size_is_bounded_by_the_session_buffers() {
 
     let counters = Counters::new();
     let (mut rx, mut tx) = ([0u8; 256], [0u8; 512]);
-    let connect = TcpConnect::new(SocketAddr::from(([127, 0, 0, 1], broker.port)));
-    let mut mqtt = Mqtt::new(
-        Config::new("aimdb-bounds"),
-        &mut rx,
-        &mut tx,
-        connect,
-        TokioDelay,
-        &counters,
-    )
-    .unwrap();
+    let c = Config::new("aimdb-bounds");
+    let mut mqtt = connector(c, &mut rx, &mut tx, tcp(broker.port), &counters);
     let body = async {
-        tokio::time::timeout(WAIT, async {
-            while !counters.is_connected() {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
-        })
-        .await
-        .expect("connected");
+        until("connected", || counters.is_connected()).await;
         OUT.write(600); // over the 512-byte TX buffer
         OUT.write(3);
         assert_eq!(sub.next().await, "big/out 787878", "the small one, alone");
         publish(&broker, "big/in", &[b'y'; 1000]).await; // over the 256-byte RX
         publish(&broker, "big/in", &[7]).await;
-        let got = tokio::time::timeout(WAIT, in_reader.recv()).await;
-        assert_eq!(got.expect("inbound"), Ok(7));
+        assert_eq!(within("inbound", in_reader.recv()).await, Ok(7));
     };
-    tokio::select! {
-        biased;
-        () = body => {}
-        why = mqtt.run(&mut inbound, &mut routes) => panic!("connector stopped: {why}"),
-    }
+    alongside(mqtt.run(&mut inbound, &mut routes), body).await;
     let s = counters.snapshot();
     assert_eq!(s.dropped, 1, "{s:?}");
     assert_eq!(s.published, 1, "{s:?}");

@@ -6,9 +6,10 @@
 //! the in-memory loopback pair, so the byte stream (and with it every
 //! fault's effect) is the same on every run.
 
+mod common;
+
 use std::cell::Cell;
 use std::future::Future;
-use std::time::Duration;
 
 use aimdb_connectors::fault::{Fault, Faulty, Kinds, Plan, Random};
 use aimdb_connectors::framed::{frame, Error, Framed, Stats};
@@ -16,29 +17,14 @@ use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound::{Dispatch, Link as InLink};
 use aimdb_core::outbound::{Link as OutLink, Routes};
-use aimdb_core::record::{Latest, Mailbox, Record, Ring, TryRecvError};
+use aimdb_core::record::{Buffer, Latest, Mailbox, Reader, Record, Ring, TryRecvError};
 use aimdb_core::sync::Readiness;
+use common::{block_on, dispatch_over, leak, out_links, routes_over};
 use embassy_futures::join::join3;
 use embassy_sync::blocking_mutex::raw::{CriticalSectionRawMutex as Cs, NoopRawMutex};
 
-const LIMIT: Duration = Duration::from_secs(60);
 type Wire = Pair<NoopRawMutex, 4096>;
-
-fn block_on<F: Future>(f: F) -> F::Output {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        tokio::time::timeout(LIMIT, f)
-            .await
-            .expect("test timed out")
-    })
-}
-
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
-}
+type Rec64 = Record<Cs, Ring<u32, 64>, 1>;
 
 fn ready() -> &'static Readiness<1> {
     leak(Readiness::new())
@@ -79,29 +65,51 @@ fn wire_frame(topic: &str, v: u32) -> Vec<u8> {
     buf[..n].to_vec()
 }
 
-/// Sends `0..COUNT` on topic `t` through a plan applied on the sending
-/// side (`on_write`) or the receiving side, and returns what arrived and
-/// the receiver's counters.
-fn one_route_through(plan: Plan<'_>, on_write: bool, count: u32) -> (Vec<u32>, Stats) {
-    let out: &'static Record<Cs, Ring<u32, 64>, 1> = leak(Record::new("out"));
-    let inn: &'static Record<Cs, Ring<u32, 64>, 1> = leak(Record::new("in"));
-    let mut link = OutLink::new(out.subscribe().unwrap(), "t", Postcard);
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut b = Routes::<_, 1, 1>::builder(ready(), &mut payload, &mut topic);
-    b.link(&mut link);
-    let mut routes = b.build().unwrap();
-    let in_link = InLink::new(inn, Postcard);
+fn leak_mut<T>(v: T) -> &'static mut T {
+    Box::leak(Box::new(v))
+}
+
+/// Route `t` from `out` to `inn`: the sender's routes, the receiver's
+/// dispatch, and the empty other halves (the sender's dispatch, the
+/// receiver's routes).
+fn wiring<B: Buffer<Item = u32>>(
+    out: &'static Record<Cs, B, 1>,
+    inn: &'static Record<Cs, B, 1>,
+) -> (
+    Routes<'static, &'static Readiness<1>, 1, 1>,
+    Dispatch<'static, 1, 1>,
+    Dispatch<'static, 1, 1>,
+    Routes<'static, &'static Readiness<1>, 1, 1>,
+) {
+    let link = leak_mut(OutLink::new(out.subscribe().unwrap(), "t", Postcard));
+    let mut b = Routes::<_, 1, 1>::builder(ready(), leak_mut([0u8; 16]), leak_mut([0u8; 16]));
+    b.link(link);
+    let routes = b.build().unwrap();
     let mut b = Dispatch::<1, 1>::builder();
-    b.link("t", &in_link);
-    let mut dispatch = b.build().unwrap();
-    let mut nothing = Dispatch::<1, 1>::builder().build().unwrap();
-    let mut none = Routes::<_, 1, 1>::builder(ready(), &mut [], &mut [])
+    b.link("t", leak(InLink::new(inn, Postcard)));
+    let dispatch = b.build().unwrap();
+    let nothing = Dispatch::<1, 1>::builder().build().unwrap();
+    let none = Routes::<_, 1, 1>::builder(ready(), &mut [], &mut [])
         .build()
         .unwrap();
-    let mut reader = inn.subscribe().unwrap();
-    for v in 0..count {
-        out.write(v);
-    }
+    (routes, dispatch, nothing, none)
+}
+
+/// One route, topic `t`, from `out` to `inn` (both `Ring<u32, 64>`)
+/// through a plan applied on the sending side (`on_write`) or the
+/// receiving side: `before()` runs once the route is set up, then one
+/// connection until `done()` holds (see [`connection`]). Returns the
+/// receiver's counters and the sender's lagged count.
+fn one_route(
+    out: &'static Rec64,
+    inn: &'static Rec64,
+    plan: Plan<'_>,
+    on_write: bool,
+    before: impl FnOnce(),
+    done: impl FnMut() -> bool,
+) -> (Stats, u64) {
+    let (mut routes, mut dispatch, mut nothing, mut none) = wiring(out, inn);
+    before();
     let (a_stats, b_stats) = (Stats::new(), Stats::new());
     let (mut a, mut b) = (
         Framed::<64, 256>::new(&a_stats),
@@ -109,16 +117,7 @@ fn one_route_through(plan: Plan<'_>, on_write: bool, count: u32) -> (Vec<u32>, S
     );
     let wire = Wire::new();
     let ((a_rx, a_tx), (b_rx, b_tx)) = (wire.a(), wire.b());
-    let mut got = Vec::new();
     block_on(async {
-        // The last frame is never damaged by the plans used here: once it
-        // arrived, everything that will arrive has.
-        let done = || {
-            while let Ok(v) = reader.try_recv() {
-                got.push(v);
-            }
-            got.last() == Some(&(count - 1))
-        };
         let end = if on_write {
             let send = a.run(a_rx, Faulty::new(a_tx, plan), &mut nothing, &mut routes);
             let recv = b.run(b_rx, b_tx, &mut dispatch, &mut none);
@@ -130,6 +129,41 @@ fn one_route_through(plan: Plan<'_>, on_write: bool, count: u32) -> (Vec<u32>, S
         };
         assert_eq!(end, Error::Closed, "the sender ran until the end");
     });
+    (b_stats, routes.stats().lagged)
+}
+
+/// The two leaked `Ring<u32, 64>` records of [`one_route`], and a reader
+/// of the inbound one.
+fn one_route_records() -> (
+    &'static Rec64,
+    &'static Rec64,
+    Reader<'static, Cs, Ring<u32, 64>, 1>,
+) {
+    let out: &'static Rec64 = leak(Record::new("out"));
+    let inn: &'static Rec64 = leak(Record::new("in"));
+    (out, inn, inn.subscribe().unwrap())
+}
+
+/// Sends `0..COUNT` on topic `t` through a plan applied on the sending
+/// side (`on_write`) or the receiving side, and returns what arrived and
+/// the receiver's counters.
+fn one_route_through(plan: Plan<'_>, on_write: bool, count: u32) -> (Vec<u32>, Stats) {
+    let (out, inn, mut reader) = one_route_records();
+    let mut got = Vec::new();
+    let write_all = || {
+        for v in 0..count {
+            out.write(v);
+        }
+    };
+    // The last frame is never damaged by the plans used here: once it
+    // arrived, everything that will arrive has.
+    let done = || {
+        while let Ok(v) = reader.try_recv() {
+            got.push(v);
+        }
+        got.last() == Some(&(count - 1))
+    };
+    let (b_stats, _) = one_route(out, inn, plan, on_write, write_all, done);
     while let Ok(v) = reader.try_recv() {
         got.push(v);
     }
@@ -256,61 +290,27 @@ fn random_damage_never_stops_the_connector_and_it_resynchronises() {
 /// As [`one_route_through`], with the values written while the connector
 /// runs (one per yield), so that a Ring of 64 holds them.
 fn one_route_through_in_rounds(plan: Plan<'_>, on_write: bool, count: u32) -> (Vec<u32>, Stats) {
-    let out: &'static Record<Cs, Ring<u32, 64>, 1> = leak(Record::new("out"));
-    let inn: &'static Record<Cs, Ring<u32, 64>, 1> = leak(Record::new("in"));
-    let mut link = OutLink::new(out.subscribe().unwrap(), "t", Postcard);
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut b = Routes::<_, 1, 1>::builder(ready(), &mut payload, &mut topic);
-    b.link(&mut link);
-    let mut routes = b.build().unwrap();
-    let in_link = InLink::new(inn, Postcard);
-    let mut b = Dispatch::<1, 1>::builder();
-    b.link("t", &in_link);
-    let mut dispatch = b.build().unwrap();
-    let mut nothing = Dispatch::<1, 1>::builder().build().unwrap();
-    let mut none = Routes::<_, 1, 1>::builder(ready(), &mut [], &mut [])
-        .build()
-        .unwrap();
-    let mut reader = inn.subscribe().unwrap();
-    let (a_stats, b_stats) = (Stats::new(), Stats::new());
-    let (mut a, mut b) = (
-        Framed::<64, 256>::new(&a_stats),
-        Framed::<64, 256>::new(&b_stats),
-    );
-    let wire = Wire::new();
-    let ((a_rx, a_tx), (b_rx, b_tx)) = (wire.a(), wire.b());
-    let got = std::cell::RefCell::new(Vec::new());
+    let (out, inn, mut reader) = one_route_records();
+    let mut got = Vec::new();
     let written = Cell::new(0u32);
-    block_on(async {
-        let done = || {
-            // One value per poll of the watcher: the connector keeps up.
-            if written.get() < count {
-                out.write(written.get());
-                written.set(written.get() + 1);
+    let done = || {
+        // One value per poll of the watcher: the connector keeps up.
+        if written.get() < count {
+            out.write(written.get());
+            written.set(written.get() + 1);
+        }
+        loop {
+            match reader.try_recv() {
+                Ok(v) => got.push(v),
+                Err(TryRecvError::Empty) => break,
+                Err(e) => panic!("the receiving Ring lagged: {e}"),
             }
-            let mut got = got.borrow_mut();
-            loop {
-                match reader.try_recv() {
-                    Ok(v) => got.push(v),
-                    Err(TryRecvError::Empty) => break,
-                    Err(e) => panic!("the receiving Ring lagged: {e}"),
-                }
-            }
-            got.last() == Some(&(count - 1))
-        };
-        let end = if on_write {
-            let send = a.run(a_rx, Faulty::new(a_tx, plan), &mut nothing, &mut routes);
-            let recv = b.run(b_rx, b_tx, &mut dispatch, &mut none);
-            connection(&wire, send, recv, done).await
-        } else {
-            let send = a.run(a_rx, a_tx, &mut nothing, &mut routes);
-            let recv = b.run(Faulty::new(b_rx, plan), b_tx, &mut dispatch, &mut none);
-            connection(&wire, send, recv, done).await
-        };
-        assert_eq!(end, Error::Closed, "the sender ran until the end");
-    });
-    assert_eq!(routes.stats().lagged, 0, "the sender's Ring kept up");
-    (got.into_inner(), b_stats)
+        }
+        got.last() == Some(&(count - 1))
+    };
+    let (b_stats, lagged) = one_route(out, inn, plan, on_write, || {}, done);
+    assert_eq!(lagged, 0, "the sender's Ring kept up");
+    (got, b_stats)
 }
 
 /// Ring routes across many broken connections, each closed by the fault
@@ -326,23 +326,11 @@ fn ring_values_survive_connections_closed_mid_frame_exactly_once_in_order() {
     let inns: Vec<&'static Record<Cs, Ring<u32, 64>, 1>> =
         (0..ROUTES).map(|_| leak(Record::new("in"))).collect();
     let topics: Vec<String> = (0..ROUTES).map(|i| format!("ring/{i}")).collect();
-    let mut links: Vec<_> = outs
-        .iter()
-        .zip(&topics)
-        .map(|(r, t)| OutLink::new(r.subscribe().unwrap(), t.as_str(), Postcard))
-        .collect();
+    let mut links = out_links(&outs, &topics);
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut b = Routes::<_, 1, ROUTES>::builder(ready(), &mut payload, &mut topic);
-    for l in &mut links {
-        b.link(l);
-    }
-    let mut routes = b.build().unwrap();
+    let mut routes = routes_over::<_, 1, ROUTES>(ready(), &mut payload, &mut topic, &mut links);
     let in_links: Vec<_> = inns.iter().map(|r| InLink::new(*r, Postcard)).collect();
-    let mut b = Dispatch::<ROUTES, 4>::builder();
-    for (t, l) in topics.iter().zip(&in_links) {
-        b.link(t, l);
-    }
-    let mut dispatch = b.build().unwrap();
+    let mut dispatch = dispatch_over::<ROUTES, 4>(&topics, &in_links);
     let mut nothing = Dispatch::<1, 1>::builder().build().unwrap();
     let mut none = Routes::<_, 1, 1>::builder(ready(), &mut [], &mut [])
         .build()
@@ -437,19 +425,7 @@ fn ring_values_survive_connections_closed_mid_frame_exactly_once_in_order() {
 fn a_peer_that_keeps_the_fragment_drops_it_and_gets_the_frame_again() {
     let out: &'static Record<Cs, Ring<u32, 8>, 1> = leak(Record::new("out"));
     let inn: &'static Record<Cs, Ring<u32, 8>, 1> = leak(Record::new("in"));
-    let mut link = OutLink::new(out.subscribe().unwrap(), "t", Postcard);
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut b = Routes::<_, 1, 1>::builder(ready(), &mut payload, &mut topic);
-    b.link(&mut link);
-    let mut routes = b.build().unwrap();
-    let in_link = InLink::new(inn, Postcard);
-    let mut b = Dispatch::<1, 1>::builder();
-    b.link("t", &in_link);
-    let mut dispatch = b.build().unwrap();
-    let mut nothing = Dispatch::<1, 1>::builder().build().unwrap();
-    let mut none = Routes::<_, 1, 1>::builder(ready(), &mut [], &mut [])
-        .build()
-        .unwrap();
+    let (mut routes, mut dispatch, mut nothing, mut none) = wiring(out, inn);
     let mut reader = inn.subscribe().unwrap();
     let (a_stats, b_stats) = (Stats::new(), Stats::new());
     let mut a = Framed::<64, 256>::new(&a_stats);

@@ -2,8 +2,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use aimdb_connectors::framed::{frame, Error, Framed, Stats};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
@@ -11,24 +9,10 @@ use aimdb_core::inbound::{Dispatch, Link as InLink};
 use aimdb_core::outbound::{Link as OutLink, Routes};
 use aimdb_core::record::{Latest, Record, Ring};
 use aimdb_core::sync::Readiness;
-use common::{expect_all, produce, side};
+use common::{block_on, expect_all, produce, side};
 use embassy_futures::join::join;
 use embassy_sync::blocking_mutex::raw::{CriticalSectionRawMutex as Cs, NoopRawMutex};
 use embedded_io_async::{Read, Write};
-
-const LIMIT: Duration = Duration::from_secs(60);
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        tokio::time::timeout(LIMIT, f)
-            .await
-            .expect("test timed out")
-    })
-}
 
 #[test]
 fn many_routes_both_ways_arrive_exactly_once_in_order() {

@@ -15,14 +15,12 @@
 
 mod mosquitto;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use aimdb_connectors::mqtt::rustls::{CertificateError, Error as TlsError};
 use aimdb_connectors::mqtt::{
-    Backoff, Config, Connect, Counters, Mqtt, QoS, Reconnect, RouteQos, Stopped, TcpConnect,
-    TlsConnect, TlsConnectError, TokioDelay,
+    Backoff, Config, Connect, Counters, QoS, Reconnect, RouteQos, Stopped, TlsConnect,
+    TlsConnectError,
 };
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound::{Dispatch, Link as InLink};
@@ -31,17 +29,14 @@ use aimdb_core::record::{Latest, Record};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use mosquitto::{
-    free_port, password_file, publish, try_publish, Broker, ClientArgs, Sub, TempDir, WAIT,
+    addr, alongside, connector, free_port, password_file, publish, tcp, try_publish, until, within,
+    Broker, ClientArgs, Sub, TempDir,
 };
 
 const USER: &str = "aimdb";
 const PASSWORD: &str = "correct horse";
 
 // --------------------------------------------------------------- utilities
-
-fn addr(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
 
 fn config<'a>(client_id: &'a str, password: &'a str) -> Config<'a> {
     let mut c = Config::new(client_id);
@@ -53,35 +48,6 @@ fn config<'a>(client_id: &'a str, password: &'a str) -> Config<'a> {
     c.keep_alive_secs = 5;
     c.publish_qos = RouteQos::All(QoS::AtLeastOnce);
     c
-}
-
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let ok = tokio::time::timeout(WAIT, async {
-        while !cond() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    assert!(ok.is_ok(), "timed out after {WAIT:?} waiting for {what}");
-}
-
-async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(WAIT, f)
-        .await
-        .unwrap_or_else(|_| panic!("timed out after {WAIT:?} waiting for {what}"))
-}
-
-/// Runs the test body next to the connector; the connector stopping first
-/// fails the test.
-async fn alongside(
-    run: impl std::future::Future<Output = Stopped>,
-    body: impl std::future::Future<Output = ()>,
-) {
-    tokio::select! {
-        biased;
-        () = body => {}
-        why = run => panic!("connector stopped: {why}"),
-    }
 }
 
 /// A password-protected broker; `tls` adds the listener's certificate
@@ -98,40 +64,48 @@ fn secured_broker(dir: &TempDir, tls: &str) -> Broker {
     )
 }
 
-/// The connector with one outbound route (`OUT` → `dev/state`) and one
-/// inbound route (`cmd/level` → `IN`) over `connect`; checks both
-/// directions against `mosquitto_sub` / `mosquitto_pub` using `clients`.
-async fn round_trip<C: Connect>(
-    broker: &Broker,
-    clients: &ClientArgs,
-    connect: C,
-    out: &'static Record<Cs, Latest<u32>, 1>,
-    inn: &'static Record<Cs, Latest<u32>, 1>,
-    ready: &'static Readiness<1>,
+type Rec = Record<Cs, Latest<u32>, 1>;
+
+fn leak<T>(v: T) -> &'static mut T {
+    Box::leak(Box::new(v))
+}
+
+/// The connector's records and routes in every test: `out` published on
+/// `dev/state`, `cmd/level` delivered into `inn`.
+fn routed() -> (
+    &'static Rec,
+    &'static Rec,
+    Dispatch<'static, 2, 2>,
+    Routes<'static, &'static Readiness<1>, 1, 1>,
 ) {
-    let mut sub = Sub::start_with(broker, clients, "watcher", "dev/state").await;
-    let mut level = inn.subscribe().unwrap();
-    let in_link = InLink::new(inn, Postcard);
+    let out: &'static Rec = leak(Record::new("out"));
+    let inn: &'static Rec = leak(Record::new("in"));
     let mut b = Dispatch::<2, 2>::builder();
-    b.link("cmd/level", &in_link);
-    let mut inbound = b.build().unwrap();
-    let mut state = OutLink::new(out.subscribe().unwrap(), "dev/state", Postcard);
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut b = Routes::<_, 1, 1>::builder(ready, &mut payload, &mut topic);
-    b.link(&mut state);
-    let mut routes = b.build().unwrap();
+    b.link("cmd/level", leak(InLink::new(inn, Postcard)));
+    let inbound = b.build().unwrap();
+    let state = leak(OutLink::new(
+        out.subscribe().unwrap(),
+        "dev/state",
+        Postcard,
+    ));
+    let ready = leak(Readiness::new());
+    let mut b = Routes::<_, 1, 1>::builder(&*ready, leak([0u8; 16]), leak([0u8; 16]));
+    b.link(state);
+    (out, inn, inbound, b.build().unwrap())
+}
+
+/// The connector with one outbound route (`out` → `dev/state`) and one
+/// inbound route (`cmd/level` → `in`), see [`routed`], over `connect`; checks both
+/// directions against `mosquitto_sub` / `mosquitto_pub` using `clients`.
+async fn round_trip<C: Connect>(broker: &Broker, clients: &ClientArgs, connect: C) {
+    let mut sub = Sub::start_with(broker, clients, "watcher", "dev/state").await;
+    let (out, inn, mut inbound, mut routes) = routed();
+    let mut level = inn.subscribe().unwrap();
 
     let counters = Counters::new();
     let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
-    let mut mqtt = Mqtt::new(
-        config("aimdb-auth", PASSWORD),
-        &mut rx,
-        &mut tx,
-        connect,
-        TokioDelay,
-        &counters,
-    )
-    .unwrap();
+    let c = config("aimdb-auth", PASSWORD);
+    let mut mqtt = connector(c, &mut rx, &mut tx, connect, &counters);
 
     alongside(mqtt.run(&mut inbound, &mut routes), async {
         until("the connector to connect", || counters.is_connected()).await;
@@ -150,24 +124,8 @@ async fn round_trip<C: Connect>(
 /// `run` returns `ConnectFailed(3)`. A value written to its outbound record
 /// must not reach `sub`, and a message published to its inbound topic must
 /// not reach its record.
-async fn refused<C: Connect>(
-    sub: &mut Sub,
-    clients: &ClientArgs,
-    connect: C,
-    password: &str,
-    out: &'static Record<Cs, Latest<u32>, 1>,
-    inn: &'static Record<Cs, Latest<u32>, 1>,
-    ready: &'static Readiness<1>,
-) {
-    let in_link = InLink::new(inn, Postcard);
-    let mut b = Dispatch::<2, 2>::builder();
-    b.link("cmd/level", &in_link);
-    let mut inbound = b.build().unwrap();
-    let mut state = OutLink::new(out.subscribe().unwrap(), "dev/state", Postcard);
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut b = Routes::<_, 1, 1>::builder(ready, &mut payload, &mut topic);
-    b.link(&mut state);
-    let mut routes = b.build().unwrap();
+async fn refused<C: Connect>(sub: &mut Sub, clients: &ClientArgs, connect: C, password: &str) {
+    let (out, inn, mut inbound, mut routes) = routed();
 
     // Pending before the first attempt: would go out on a connection.
     out.write(7);
@@ -175,7 +133,7 @@ async fn refused<C: Connect>(
     let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
     let mut c = config("aimdb-refused", password);
     c.reconnect = Reconnect::Attempts(3);
-    let mut mqtt = Mqtt::new(c, &mut rx, &mut tx, connect, TokioDelay, &counters).unwrap();
+    let mut mqtt = connector(c, &mut rx, &mut tx, connect, &counters);
     let stopped = within("run to give up", async {
         tokio::join!(mqtt.run(&mut inbound, &mut routes), async {
             // While it is trying: inbound traffic for it goes nowhere.
@@ -236,23 +194,27 @@ fn pki(dir: &TempDir) -> Pki {
     }
 }
 
-fn tls_settings(pki: &Pki) -> String {
-    format!(
+/// A password-protected TLS broker with a fresh [`pki`] in `dir`, and
+/// clients with the right credentials and CA.
+fn tls_broker(dir: &TempDir) -> (Pki, Broker, ClientArgs) {
+    let pki = pki(dir);
+    let tls = format!(
         "cafile {}\ncertfile {}\nkeyfile {}\n",
         pki.ca.display(),
         pki.cert.display(),
         pki.key.display()
-    )
+    );
+    let broker = secured_broker(dir, &tls);
+    let clients = ClientArgs::new(&broker)
+        .user(USER, PASSWORD)
+        .cafile(&pki.ca);
+    (pki, broker, clients)
 }
 
 // ------------------------------------------------------------------- tests
 
 #[tokio::test]
 async fn password_auth_right_credentials_round_trip_both_ways() {
-    static OUT: Record<Cs, Latest<u32>, 1> = Record::new("out");
-    static IN: Record<Cs, Latest<u32>, 1> = Record::new("in");
-    static READY: Readiness<1> = Readiness::new();
-
     let dir = TempDir::new("mqtt-passwd-ok");
     let broker = secured_broker(&dir, "");
     let clients = ClientArgs::new(&broker).user(USER, PASSWORD);
@@ -262,8 +224,8 @@ async fn password_auth_right_credentials_round_trip_both_ways() {
         "an anonymous mosquitto_pub got in:\n{}",
         broker.log()
     );
-    let connect = TcpConnect::new(addr(broker.port));
-    round_trip(&broker, &clients, connect, &OUT, &IN, &READY).await;
+    let connect = tcp(broker.port);
+    round_trip(&broker, &clients, connect).await;
     let log = broker.log();
     assert!(
         log.lines()
@@ -274,25 +236,12 @@ async fn password_auth_right_credentials_round_trip_both_ways() {
 
 #[tokio::test]
 async fn password_auth_wrong_password_is_refused_and_nothing_flows() {
-    static OUT: Record<Cs, Latest<u32>, 1> = Record::new("out");
-    static IN: Record<Cs, Latest<u32>, 1> = Record::new("in");
-    static READY: Readiness<1> = Readiness::new();
-
     let dir = TempDir::new("mqtt-passwd-bad");
     let broker = secured_broker(&dir, "");
     let clients = ClientArgs::new(&broker).user(USER, PASSWORD);
     let mut sub = Sub::start_with(&broker, &clients, "watcher", "dev/state").await;
-    let connect = TcpConnect::new(addr(broker.port));
-    refused(
-        &mut sub,
-        &clients,
-        connect,
-        "wrong horse",
-        &OUT,
-        &IN,
-        &READY,
-    )
-    .await;
+    let connect = tcp(broker.port);
+    refused(&mut sub, &clients, connect, "wrong horse").await;
     // mosquitto 2.0 names no client id on a refused login; the watcher
     // and mosquitto_pub log in fine, so every refusal is the connector's.
     let log = broker.log();
@@ -313,16 +262,8 @@ async fn password_auth_wrong_password_is_refused_and_nothing_flows() {
 
 #[tokio::test]
 async fn tls_with_credentials_round_trips_both_ways() {
-    static OUT: Record<Cs, Latest<u32>, 1> = Record::new("out");
-    static IN: Record<Cs, Latest<u32>, 1> = Record::new("in");
-    static READY: Readiness<1> = Readiness::new();
-
     let dir = TempDir::new("mqtt-tls-ok");
-    let pki = pki(&dir);
-    let broker = secured_broker(&dir, &tls_settings(&pki));
-    let clients = ClientArgs::new(&broker)
-        .user(USER, PASSWORD)
-        .cafile(&pki.ca);
+    let (pki, broker, clients) = tls_broker(&dir);
     let ca_pem = std::fs::read(&pki.ca).unwrap();
 
     // The certificate names 127.0.0.1 too: an IP server name is checked
@@ -333,21 +274,13 @@ async fn tls_with_credentials_round_trips_both_ways() {
     }
 
     let connect = TlsConnect::with_ca_pem(addr(broker.port), "localhost", &ca_pem).unwrap();
-    round_trip(&broker, &clients, connect, &OUT, &IN, &READY).await;
+    round_trip(&broker, &clients, connect).await;
 }
 
 #[tokio::test]
 async fn tls_untrusted_ca_or_wrong_name_fails_to_connect_and_is_counted() {
-    static OUT: Record<Cs, Latest<u32>, 1> = Record::new("out");
-    static IN: Record<Cs, Latest<u32>, 1> = Record::new("in");
-    static READY: Readiness<1> = Readiness::new();
-
     let dir = TempDir::new("mqtt-tls-bad");
-    let pki = pki(&dir);
-    let broker = secured_broker(&dir, &tls_settings(&pki));
-    let clients = ClientArgs::new(&broker)
-        .user(USER, PASSWORD)
-        .cafile(&pki.ca);
+    let (pki, broker, clients) = tls_broker(&dir);
     let right_ca = std::fs::read(&pki.ca).unwrap();
     let other_ca = ca("some other CA").pem();
 
@@ -393,7 +326,7 @@ async fn tls_untrusted_ca_or_wrong_name_fails_to_connect_and_is_counted() {
     // The connector with the other CA (and the right password): attempts
     // fail in the handshake, are counted, and it gives up without a panic.
     let mut sub = Sub::start_with(&broker, &clients, "watcher", "dev/state").await;
-    refused(&mut sub, &clients, untrusted, PASSWORD, &OUT, &IN, &READY).await;
+    refused(&mut sub, &clients, untrusted, PASSWORD).await;
     // No MQTT session was ever opened by it.
     assert!(!broker.log().contains("aimdb-refused"), "{}", broker.log());
 }

@@ -3,7 +3,7 @@
 //! Each test starts its own `mosquitto` (see `mosquitto/mod.rs`: listener
 //! on 127.0.0.1 and a free port, anonymous access) and kills it by PID when
 //! its guard drops. `mosquitto_sub` / `mosquitto_pub` play the other
-//! clients. Every wait is bounded by [`WAIT`]; a timeout fails the test, no
+//! clients. Every wait is bounded by [`mosquitto::WAIT`]; a timeout fails the test, no
 //! test asserts on timing. Without mosquitto installed the tests fail with
 //! a message naming the Debian packages (`mosquitto mosquitto-clients`).
 //!
@@ -14,20 +14,15 @@
 mod mosquitto;
 
 use std::cell::Cell;
-use std::net::SocketAddr;
-use std::time::Duration;
 
-use aimdb_connectors::mqtt::{
-    Backoff, Config, Connect, Counters, Mqtt, QoS, Reconnect, RouteQos, Stopped, TcpConnect,
-    TokioDelay,
-};
+use aimdb_connectors::mqtt::{Backoff, Config, Counters, QoS, Reconnect, RouteQos, Stopped};
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound::{Dispatch, KeyedLink, Link as InLink};
 use aimdb_core::outbound::{Link as OutLink, Routes};
 use aimdb_core::record::{Keyed, Latest, Record, Ring};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
-use mosquitto::{free_port, publish, Broker, Sub, WAIT};
+use mosquitto::{alongside, connector, free_port, publish, tcp, until, within, Broker, Gated, Sub};
 use tokio::io::AsyncWriteExt;
 
 // --------------------------------------------------------------- utilities
@@ -50,59 +45,11 @@ fn config(client_id: &str) -> Config<'_> {
     c
 }
 
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let ok = tokio::time::timeout(WAIT, async {
-        while !cond() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    assert!(ok.is_ok(), "timed out after {WAIT:?} waiting for {what}");
-}
-
-async fn recv<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(WAIT, f)
-        .await
-        .unwrap_or_else(|_| panic!("timed out after {WAIT:?} waiting for {what}"))
-}
-
-/// Runs the test body next to the connector; the connector stopping first
-/// fails the test.
-async fn alongside(
-    run: impl std::future::Future<Output = Stopped>,
-    body: impl std::future::Future<Output = ()>,
-) {
-    tokio::select! {
-        biased;
-        () = body => {}
-        why = run => panic!("connector stopped: {why}"),
-    }
-}
-
-/// `TcpConnect` behind a switch the test flips: closed, every attempt fails
-/// as if the broker were unreachable.
-struct Gated<'g> {
-    inner: TcpConnect<SocketAddr>,
-    open: &'g Cell<bool>,
-}
-
-impl Connect for Gated<'_> {
-    type Connection<'c>
-        = <TcpConnect<SocketAddr> as Connect>::Connection<'c>
-    where
-        Self: 'c;
-    type Error = std::io::Error;
-
-    async fn connect(&mut self) -> Result<Self::Connection<'_>, Self::Error> {
-        if !self.open.get() {
-            return Err(std::io::Error::other("gate closed"));
-        }
-        self.inner.connect().await
-    }
-}
-
-fn addr(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
+/// No outbound routes.
+fn no_routes(ready: &'static Readiness<1>) -> Routes<'static, &'static Readiness<1>, 1, 1> {
+    Routes::<_, 1, 1>::builder(ready, &mut [], &mut [])
+        .build()
+        .unwrap()
 }
 
 // ------------------------------------------------------------------- tests
@@ -129,8 +76,8 @@ async fn records_published_by_the_connector_reach_mosquitto_sub() {
     let mut c = config("aimdb-out");
     // Route 0 (status) at QoS 1, route 1 (temps) at QoS 0.
     c.publish_qos = RouteQos::Table(&[QoS::AtLeastOnce, QoS::AtMostOnce]);
-    let connect = TcpConnect::new(addr(broker.port));
-    let mut mqtt = Mqtt::new(c, &mut rx, &mut tx, connect, TokioDelay, &counters).unwrap();
+    let connect = tcp(broker.port);
+    let mut mqtt = connector(c, &mut rx, &mut tx, connect, &counters);
 
     alongside(mqtt.run(&mut inbound, &mut routes), async {
         until("the connector to connect", || counters.is_connected()).await;
@@ -186,23 +133,12 @@ async fn mosquitto_pub_messages_land_in_exact_wildcard_and_keyed_routes() {
         .link_keyed("devices/+/state", 1, &dev_link);
     let mut inbound = b.build().unwrap();
 
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut routes = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic)
-        .build()
-        .unwrap();
+    let mut routes = no_routes(&READY);
 
     let counters = Counters::new();
     let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
-    let connect = TcpConnect::new(addr(broker.port));
-    let mut mqtt = Mqtt::new(
-        config("aimdb-in"),
-        &mut rx,
-        &mut tx,
-        connect,
-        TokioDelay,
-        &counters,
-    )
-    .unwrap();
+    let connect = tcp(broker.port);
+    let mut mqtt = connector(config("aimdb-in"), &mut rx, &mut tx, connect, &counters);
 
     alongside(mqtt.run(&mut inbound, &mut routes), async {
         until("the connector to subscribe", || counters.is_connected()).await;
@@ -217,18 +153,18 @@ async fn mosquitto_pub_messages_land_in_exact_wildcard_and_keyed_routes() {
         );
 
         publish(&broker, "cmd/led", &[1]).await;
-        assert_eq!(recv("cmd/led", led.recv()).await, Ok(true));
+        assert_eq!(within("cmd/led", led.recv()).await, Ok(true));
 
         publish(&broker, "rooms/kitchen/temp", &[0x05]).await; // -3, zigzag
         publish(&broker, "rooms/hall/temp", &[0x28]).await; // 20
-        assert_eq!(recv("rooms/+/temp", room_temps.recv()).await, Ok(-3));
-        assert_eq!(recv("rooms/+/temp", room_temps.recv()).await, Ok(20));
+        assert_eq!(within("rooms/+/temp", room_temps.recv()).await, Ok(-3));
+        assert_eq!(within("rooms/+/temp", room_temps.recv()).await, Ok(20));
 
         publish(&broker, "logs/a/b/c", &[0x2a]).await;
-        assert_eq!(recv("logs/#", logs.recv()).await, Ok(42));
+        assert_eq!(within("logs/#", logs.recv()).await, Ok(42));
 
         publish(&broker, "devices/dev9/state", &[0x09]).await;
-        assert_eq!(recv("devices/dev9/state", dev9.recv()).await, Ok(9));
+        assert_eq!(within("devices/dev9/state", dev9.recv()).await, Ok(9));
         // A key seen for the first time claims its slot.
         publish(&broker, "devices/dev4/state", &[0x04]).await;
         until("key dev4", || {
@@ -257,23 +193,12 @@ async fn malformed_payloads_are_counted_and_rejected_good_ones_still_arrive() {
     b.link("in/level", &level_link)
         .link("in/flag/+", &flag_link);
     let mut inbound = b.build().unwrap();
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut routes = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic)
-        .build()
-        .unwrap();
+    let mut routes = no_routes(&READY);
 
     let counters = Counters::new();
     let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
-    let connect = TcpConnect::new(addr(broker.port));
-    let mut mqtt = Mqtt::new(
-        config("aimdb-bad"),
-        &mut rx,
-        &mut tx,
-        connect,
-        TokioDelay,
-        &counters,
-    )
-    .unwrap();
+    let connect = tcp(broker.port);
+    let mut mqtt = connector(config("aimdb-bad"), &mut rx, &mut tx, connect, &counters);
 
     alongside(mqtt.run(&mut inbound, &mut routes), async {
         until("the connector to subscribe", || counters.is_connected()).await;
@@ -283,9 +208,9 @@ async fn malformed_payloads_are_counted_and_rejected_good_ones_still_arrive() {
         publish(&broker, "in/flag/x", &[0x07]).await;
         publish(&broker, "in/level", &[0x06]).await;
         publish(&broker, "in/flag/x", &[0x01]).await;
-        assert_eq!(recv("level 5", level.recv()).await, Ok(5));
-        assert_eq!(recv("level 6", level.recv()).await, Ok(6));
-        assert_eq!(recv("flag", flag.recv()).await, Ok(true));
+        assert_eq!(within("level 5", level.recv()).await, Ok(5));
+        assert_eq!(within("level 6", level.recv()).await, Ok(6));
+        assert_eq!(within("flag", flag.recv()).await, Ok(true));
         until("5 received", || counters.received() == 5).await;
     })
     .await;
@@ -328,10 +253,10 @@ async fn broker_restart_is_survived_resubscribed_and_latest_replayed() {
     let mut c = config("aimdb-restart");
     c.publish_qos = RouteQos::All(QoS::AtLeastOnce);
     let connect = Gated {
-        inner: TcpConnect::new(addr(port)),
-        open: &gate,
+        inner: tcp(port),
+        open: || gate.get(),
     };
-    let mut mqtt = Mqtt::new(c, &mut rx, &mut tx, connect, TokioDelay, &counters).unwrap();
+    let mut mqtt = connector(c, &mut rx, &mut tx, connect, &counters);
 
     let mut broker = Some(broker);
     alongside(mqtt.run(&mut inbound, &mut routes), async {
@@ -339,7 +264,7 @@ async fn broker_restart_is_survived_resubscribed_and_latest_replayed() {
         STATE.write(1);
         sub.until("dev/state 01").await;
         publish(broker.as_ref().unwrap(), "cmd/setpoint", &[0x05]).await;
-        assert_eq!(recv("setpoint 5", setpoint.recv()).await, Ok(5));
+        assert_eq!(within("setpoint 5", setpoint.recv()).await, Ok(5));
 
         // Restart: kill the broker mid-stream. The gate keeps the connector
         // away from the new broker until a watcher is subscribed there, so
@@ -363,7 +288,7 @@ async fn broker_restart_is_survived_resubscribed_and_latest_replayed() {
         STATE.write(2);
         sub.until("dev/state 02").await;
         publish(&broker, "cmd/setpoint", &[0x09]).await;
-        assert_eq!(recv("setpoint 9", setpoint.recv()).await, Ok(9));
+        assert_eq!(within("setpoint 9", setpoint.recv()).await, Ok(9));
     })
     .await;
     let s = counters.snapshot();
@@ -378,18 +303,15 @@ async fn reconnecting_disabled_stops_at_the_first_drop() {
     static READY: Readiness<1> = Readiness::new();
     let broker = Broker::anonymous(free_port());
     let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut routes = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic)
-        .build()
-        .unwrap();
+    let mut routes = no_routes(&READY);
     let counters = Counters::new();
     let (mut rx, mut tx) = ([0u8; 256], [0u8; 256]);
     let mut c = config("aimdb-once");
     c.reconnect = Reconnect::Never;
-    let connect = TcpConnect::new(addr(broker.port));
-    let mut mqtt = Mqtt::new(c, &mut rx, &mut tx, connect, TokioDelay, &counters).unwrap();
+    let connect = tcp(broker.port);
+    let mut mqtt = connector(c, &mut rx, &mut tx, connect, &counters);
     let mut broker = Some(broker);
-    let stopped = recv("run to return", async {
+    let stopped = within("run to return", async {
         tokio::join!(mqtt.run(&mut inbound, &mut routes), async {
             until("connected", || counters.is_connected()).await;
             drop(broker.take());
@@ -404,10 +326,10 @@ async fn reconnecting_disabled_stops_at_the_first_drop() {
     // Nothing listens now: with attempts limited, run gives up.
     let mut c = config("aimdb-twice");
     c.reconnect = Reconnect::Attempts(3);
-    let connect = TcpConnect::new(addr(free_port()));
+    let connect = tcp(free_port());
     let counters = Counters::new();
-    let mut mqtt = Mqtt::new(c, &mut rx, &mut tx, connect, TokioDelay, &counters).unwrap();
-    let stopped = recv("run to give up", mqtt.run(&mut inbound, &mut routes)).await;
+    let mut mqtt = connector(c, &mut rx, &mut tx, connect, &counters);
+    let stopped = within("run to give up", mqtt.run(&mut inbound, &mut routes)).await;
     assert_eq!(stopped, Stopped::ConnectFailed(3));
     assert_eq!(counters.connect_failures(), 3);
 }
@@ -446,26 +368,23 @@ async fn missed_ping_response_and_missing_connack_lead_to_reconnect() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut routes = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic)
-        .build()
-        .unwrap();
+    let mut routes = no_routes(&READY);
     let counters = Counters::new();
     let (mut rx, mut tx) = ([0u8; 256], [0u8; 256]);
     let mut c = config("aimdb-quiet");
     c.keep_alive_secs = 1;
     c.connect_timeout_ms = 500;
-    let connect = TcpConnect::new(addr(port));
-    let mut mqtt = Mqtt::new(c, &mut rx, &mut tx, connect, TokioDelay, &counters).unwrap();
+    let connect = tcp(port);
+    let mut mqtt = connector(c, &mut rx, &mut tx, connect, &counters);
 
     alongside(mqtt.run(&mut inbound, &mut routes), async {
         // 1: answers CONNECT, then swallows PINGREQs.
-        let (mut first, _) = recv("connection 1", listener.accept()).await.unwrap();
-        let (kind, _) = recv("CONNECT", read_packet(&mut first)).await;
+        let (mut first, _) = within("connection 1", listener.accept()).await.unwrap();
+        let (kind, _) = within("CONNECT", read_packet(&mut first)).await;
         assert_eq!(kind & 0xf0, CONNECT);
         first.write_all(&CONNACK).await.unwrap();
         until("connected", || counters.is_connected()).await;
-        let (kind, _) = recv("PINGREQ", read_packet(&mut first)).await;
+        let (kind, _) = within("PINGREQ", read_packet(&mut first)).await;
         assert_eq!(kind, PINGREQ);
         until("the missed PINGRESP to drop the connection", || {
             !counters.is_connected()
@@ -473,12 +392,12 @@ async fn missed_ping_response_and_missing_connack_lead_to_reconnect() {
         .await;
 
         // 2: accepts TCP, never sends CONNACK.
-        let (_second, _) = recv("connection 2", listener.accept()).await.unwrap();
+        let (_second, _) = within("connection 2", listener.accept()).await.unwrap();
         until("the connect timeout", || counters.connect_failures() == 1).await;
 
         // 3: a working broker again.
-        let (mut third, _) = recv("connection 3", listener.accept()).await.unwrap();
-        let (kind, _) = recv("CONNECT", read_packet(&mut third)).await;
+        let (mut third, _) = within("connection 3", listener.accept()).await.unwrap();
+        let (kind, _) = within("CONNECT", read_packet(&mut third)).await;
         assert_eq!(kind & 0xf0, CONNECT);
         third.write_all(&CONNACK).await.unwrap();
         until("reconnected", || {

@@ -31,28 +31,27 @@
 //!   its value after warm-up (10% of the messages); both are printed.
 #![cfg(all(feature = "mqtt", feature = "tokio"))]
 
+mod common;
 mod mosquitto;
 
 use std::future::{poll_fn, Future};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use aimdb_connectors::fault::{Fault, Faulty, Kinds, Plan, Random};
 use aimdb_connectors::framed::{Error, Framed, Stats};
-use aimdb_connectors::mqtt::{
-    Backoff, Config, Connect, Counters, Mqtt, QoS, RouteQos, TcpConnect, TokioDelay,
-};
+use aimdb_connectors::mqtt::{Backoff, Config, Counters, QoS, RouteQos};
 use aimdb_connectors::tokio_io;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound::{Dispatch, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Reader, Record, RecvError, Ring};
 use aimdb_core::sync::Readiness;
+use common::{dispatch_over, leak, out_links, routes_over, rss_kib};
 use embassy_futures::select::{select, Either};
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
-use mosquitto::{free_port, Broker};
+use mosquitto::{connector, free_port, tcp, Broker, Gated};
 
 const ROUTES: usize = 256;
 const TOTAL: usize = 1_000_000;
@@ -99,19 +98,6 @@ static SHARED: Shared = Shared {
 };
 static G_MQTT: Counters = Counters::new();
 static S_MQTT: Counters = Counters::new();
-
-fn leak<T>(v: T) -> &'static T {
-    Box::leak(Box::new(v))
-}
-
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -166,41 +152,15 @@ fn config(id: &str) -> Config<'_> {
     c
 }
 
-/// `TcpConnect` that fails while the soak's gate is closed.
-struct Gated(TcpConnect<SocketAddr>);
-
-impl Connect for Gated {
-    type Connection<'c>
-        = <TcpConnect<SocketAddr> as Connect>::Connection<'c>
-    where
-        Self: 'c;
-    type Error = std::io::Error;
-
-    async fn connect(&mut self) -> Result<Self::Connection<'_>, Self::Error> {
-        if !SHARED.gate.load(Relaxed) {
-            return Err(std::io::Error::other("gate closed"));
-        }
-        self.0.connect().await
-    }
-}
-
 /// The device: produces, and keeps a framed connection to the gateway up
 /// through the fault transport. Returns (lagged, frames out).
 fn device(gateway: u16) -> (u64, u32) {
     static READY: Readiness<W> = Readiness::new();
     let outs: Vec<&'static Dev> = (0..ROUTES).map(|_| leak(Record::new("dev"))).collect();
     let topics: Vec<String> = (0..ROUTES).map(|i| format!("dev/{i}")).collect();
-    let mut links: Vec<_> = outs
-        .iter()
-        .zip(&topics)
-        .map(|(r, t)| OutLink::new(r.subscribe().unwrap(), t.as_str(), Postcard))
-        .collect();
+    let mut links = out_links(&outs, &topics);
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut b = Routes::<_, W, ROUTES>::builder(&READY, &mut payload, &mut topic);
-    for l in &mut links {
-        b.link(l);
-    }
-    let mut routes = b.build().unwrap();
+    let mut routes = routes_over::<_, W, ROUTES>(&READY, &mut payload, &mut topic, &mut links);
     let mut nothing = Dispatch::<1, 1>::builder().build().unwrap();
     let stats = Stats::new();
     let mut framed = Framed::<64, 512>::new(&stats);
@@ -288,39 +248,22 @@ fn gateway(listener: std::net::TcpListener, broker: u16) -> u32 {
     let dev_topics: Vec<String> = (0..ROUTES).map(|i| format!("dev/{i}")).collect();
     let mqtt_topics: Vec<String> = (0..ROUTES).map(|i| format!("soak/{i}")).collect();
     let in_links: Vec<_> = inns.iter().map(|r| InLink::new(*r, Postcard)).collect();
-    let mut b = Dispatch::<ROUTES, 4>::builder();
-    for (t, l) in dev_topics.iter().zip(&in_links) {
-        b.link(t, l);
-    }
-    let mut dispatch = b.build().unwrap();
+    let mut dispatch = dispatch_over::<ROUTES, 4>(&dev_topics, &in_links);
     let mut checkers: Vec<_> = inns.iter().map(|r| r.subscribe().unwrap()).collect();
-    let mut links: Vec<_> = inns
-        .iter()
-        .zip(&mqtt_topics)
-        .map(|(r, t)| OutLink::new(r.subscribe().unwrap(), t.as_str(), Postcard))
-        .collect();
+    let mut links = out_links(&inns, &mqtt_topics);
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut b = Routes::<_, W, ROUTES>::builder(&READY, &mut payload, &mut topic);
-    for l in &mut links {
-        b.link(l);
-    }
-    let mut routes = b.build().unwrap();
+    let mut routes = routes_over::<_, W, ROUTES>(&READY, &mut payload, &mut topic, &mut links);
     let mut none = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut [], &mut [])
         .build()
         .unwrap();
     let stats = Stats::new();
     let mut framed = Framed::<64, 64>::new(&stats);
     let (mut rx, mut tx) = (vec![0u8; 2048], vec![0u8; 16 * 1024]);
-    let connect = Gated(TcpConnect::new(SocketAddr::from(([127, 0, 0, 1], broker))));
-    let mut mqtt = Mqtt::new(
-        config("soak-gateway"),
-        &mut rx,
-        &mut tx,
-        connect,
-        TokioDelay,
-        &G_MQTT,
-    )
-    .unwrap();
+    let connect = Gated {
+        inner: tcp(broker),
+        open: || SHARED.gate.load(Relaxed),
+    };
+    let mut mqtt = connector(config("soak-gateway"), &mut rx, &mut tx, connect, &G_MQTT);
 
     runtime().block_on(async {
         listener.set_nonblocking(true).unwrap();
@@ -353,26 +296,20 @@ fn subscriber(broker: u16) {
     let inns: Vec<&'static Sub> = (0..ROUTES).map(|_| leak(Record::new("sub"))).collect();
     let topics: Vec<String> = (0..ROUTES).map(|i| format!("soak/{i}")).collect();
     let in_links: Vec<_> = inns.iter().map(|r| InLink::new(*r, Postcard)).collect();
-    let mut b = Dispatch::<ROUTES, 4>::builder();
-    for (t, l) in topics.iter().zip(&in_links) {
-        b.link(t, l);
-    }
-    let mut dispatch = b.build().unwrap();
+    let mut dispatch = dispatch_over::<ROUTES, 4>(&topics, &in_links);
     let mut readers: Vec<_> = inns.iter().map(|r| r.subscribe().unwrap()).collect();
     let mut none = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut [], &mut [])
         .build()
         .unwrap();
     let (mut rx, mut tx) = (vec![0u8; 2048], vec![0u8; 2048]);
-    let connect = TcpConnect::new(SocketAddr::from(([127, 0, 0, 1], broker)));
-    let mut mqtt = Mqtt::new(
+    let connect = tcp(broker);
+    let mut mqtt = connector(
         config("soak-subscriber"),
         &mut rx,
         &mut tx,
         connect,
-        TokioDelay,
         &S_MQTT,
-    )
-    .unwrap();
+    );
     // Which values each route has seen, to tell a repeat from a reorder.
     let mut seen = vec![vec![false; ROUNDS as usize]; ROUTES];
 

@@ -1,16 +1,19 @@
-//! Shared set-up for the framed-stream tests: one "side" is a set of
-//! outbound `Ring` records (published) and inbound `Ring` records (filled
-//! by dispatch), with the connector wired between them and a transport.
+//! Shared set-up for the framed-stream tests (and the plain helpers the
+//! other tests share: `leak`, `rss_kib`, route and dispatch builders): one
+//! "side" is a set of outbound `Ring` records (published) and inbound
+//! `Ring` records (filled by dispatch), with the connector wired between
+//! them and a transport.
 #![allow(dead_code)]
 
 use std::future::Future;
+use std::time::Duration;
 
 use aimdb_connectors::framed::{Error, Framed, Stats};
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Routes};
-use aimdb_core::record::{Reader, Record, Ring};
-use aimdb_core::sync::Readiness;
+use aimdb_core::inbound::{Dispatch, Link as InLink, Target};
+use aimdb_core::outbound::{Link as OutLink, Route, Routes};
+use aimdb_core::record::{Buffer, Reader, Record, Ring};
+use aimdb_core::sync::{Readiness, ReadinessHandle};
 use embassy_futures::select::{select, Either};
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use embedded_io_async::{Read, Write};
@@ -33,17 +36,82 @@ pub struct Side {
     pub ready: &'static Readiness<W>,
 }
 
-fn leak(name: &'static str) -> &'static Rec {
-    Box::leak(Box::new(Record::new(name)))
+/// Bound on a test's `block_on`.
+pub const LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs `f` on a current-thread runtime (timers enabled), failing the test
+/// after [`LIMIT`].
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        tokio::time::timeout(LIMIT, f)
+            .await
+            .expect("test timed out")
+    })
+}
+
+pub fn leak<T>(v: T) -> &'static T {
+    Box::leak(Box::new(v))
+}
+
+/// The process's resident set size (VmRSS), in KiB.
+pub fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// One postcard outbound link per record, record `i` on `topics[i]`.
+pub fn out_links<'t, B: Buffer, const R: usize>(
+    records: &[&'static Record<Cs, B, R>],
+    topics: &'t [String],
+) -> Vec<OutLink<Reader<'static, Cs, B, R>, &'t str, Postcard>> {
+    records
+        .iter()
+        .zip(topics)
+        .map(|(r, t)| OutLink::new(r.subscribe().expect("one reader"), t.as_str(), Postcard))
+        .collect()
+}
+
+/// Outbound routes over every link in `links`, in order.
+pub fn routes_over<'a, H: ReadinessHandle<W>, const W: usize, const N: usize>(
+    ready: H,
+    payload: &'a mut [u8],
+    topic: &'a mut [u8],
+    links: &'a mut [impl Route],
+) -> Routes<'a, H, W, N> {
+    let mut b = Routes::<_, W, N>::builder(ready, payload, topic);
+    for l in links {
+        b.link(l);
+    }
+    b.build().expect("outbound config")
+}
+
+/// Inbound dispatch of `topics[i]` to `links[i]`.
+pub fn dispatch_over<'a, const N: usize, const NODES: usize>(
+    topics: &'a [String],
+    links: &'a [impl Target],
+) -> Dispatch<'a, N, NODES> {
+    let mut b = Dispatch::<N, NODES>::builder();
+    for (t, l) in topics.iter().zip(links) {
+        b.link(t, l);
+    }
+    b.build().expect("inbound config")
 }
 
 /// `n` outbound routes on `{out_prefix}/{i}` and `n` inbound routes on
 /// `{in_prefix}/{i}`.
 pub fn side(out_prefix: &str, in_prefix: &str, n: usize) -> Side {
     Side {
-        out: (0..n).map(|_| leak("out")).collect(),
+        out: (0..n).map(|_| leak(Record::new("out"))).collect(),
         out_topics: (0..n).map(|i| format!("{out_prefix}/{i}")).collect(),
-        inn: (0..n).map(|_| leak("in")).collect(),
+        inn: (0..n).map(|_| leak(Record::new("in"))).collect(),
         in_topics: (0..n).map(|i| format!("{in_prefix}/{i}")).collect(),
         ready: Box::leak(Box::new(Readiness::new())),
     }
@@ -67,25 +135,12 @@ impl Side {
         stats: &Stats,
         until: impl Future<Output = T>,
     ) -> Result<T, Error> {
-        let mut links: Vec<_> = self
-            .out
-            .iter()
-            .zip(&self.out_topics)
-            .map(|(r, t)| OutLink::new(r.subscribe().expect("one reader"), t.as_str(), Postcard))
-            .collect();
+        let mut links = out_links(&self.out, &self.out_topics);
         let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
-        let mut b = Routes::<_, W, 256>::builder(self.ready, &mut payload, &mut topic);
-        for l in &mut links {
-            b.link(l);
-        }
-        let mut routes = b.build().expect("outbound config");
+        let mut routes = routes_over::<_, W, 256>(self.ready, &mut payload, &mut topic, &mut links);
 
         let in_links: Vec<_> = self.inn.iter().map(|r| InLink::new(*r, Postcard)).collect();
-        let mut b = Dispatch::<512, 4>::builder();
-        for (t, l) in self.in_topics.iter().zip(&in_links) {
-            b.link(t, l);
-        }
-        let mut dispatch = b.build().expect("inbound config");
+        let mut dispatch = dispatch_over::<512, 4>(&self.in_topics, &in_links);
 
         let mut framed = Framed::<256, 512>::new(stats);
         let run = framed.run(rx, tx, &mut dispatch, &mut routes);

@@ -1,7 +1,8 @@
 //! A mosquitto broker and its command-line clients for tests, shared by
 //! every test that needs a broker (`mqtt_broker.rs`, `mqtt_auth_tls.rs`,
 //! `access.rs`, `bounds.rs`, `soak.rs`, each through `mod mosquitto;`).
-//! Only std and tokio, no connector types.
+//! Mostly std and tokio; the few connector helpers at the end ([`tcp`],
+//! [`connector`], [`Gated`], [`alongside`]) are the set-up every MQTT test repeats.
 //!
 //! Each [`Broker`] runs its own `mosquitto` on 127.0.0.1 and a port the test
 //! picks ([`free_port`], or the same port again to restart a broker), with
@@ -15,13 +16,16 @@
 //! `MOSQUITTO=/path/to/mosquitto` picks the broker binary.
 #![allow(dead_code)]
 
+use std::fmt::Display;
+use std::future::Future;
 use std::io::{BufRead, BufReader};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use aimdb_connectors::mqtt::{Config, Connect, Counters, Mqtt, TcpConnect, TokioDelay};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 /// Bound on every wait.
@@ -385,4 +389,77 @@ pub async fn publish(to: impl Into<ClientArgs>, topic: &str, payload: &[u8]) {
         status.success(),
         "mosquitto_pub -t {topic} failed: {status}"
     );
+}
+
+// ------------------------------------------------------- waits and set-up
+
+/// Waits (polling every 5 ms) until `cond` holds; fails after [`WAIT`].
+pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let ok = tokio::time::timeout(WAIT, async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(ok.is_ok(), "timed out after {WAIT:?} waiting for {what}");
+}
+
+/// `f`'s output; fails after [`WAIT`].
+pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(WAIT, f)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {WAIT:?} waiting for {what}"))
+}
+
+/// Runs the test body next to the connector; the connector stopping first
+/// fails the test.
+pub async fn alongside(run: impl Future<Output = impl Display>, body: impl Future<Output = ()>) {
+    tokio::select! {
+        biased;
+        () = body => {}
+        why = run => panic!("connector stopped: {why}"),
+    }
+}
+
+/// 127.0.0.1:`port`.
+pub fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// Plain TCP to 127.0.0.1:`port`.
+pub fn tcp(port: u16) -> TcpConnect<SocketAddr> {
+    TcpConnect::new(addr(port))
+}
+
+/// An MQTT connector (tokio timers) with session buffers `rx` and `tx`.
+pub fn connector<'a, C: Connect>(
+    config: Config<'a>,
+    rx: &'a mut [u8],
+    tx: &'a mut [u8],
+    connect: C,
+    counters: &'a Counters,
+) -> Mqtt<'a, C, TokioDelay> {
+    Mqtt::new(config, rx, tx, connect, TokioDelay, counters).unwrap()
+}
+
+/// Plain TCP behind a switch the test flips: while `open()` is false, every
+/// attempt fails as if the broker were unreachable.
+pub struct Gated<G: Fn() -> bool> {
+    pub inner: TcpConnect<SocketAddr>,
+    pub open: G,
+}
+
+impl<G: Fn() -> bool> Connect for Gated<G> {
+    type Connection<'c>
+        = <TcpConnect<SocketAddr> as Connect>::Connection<'c>
+    where
+        Self: 'c;
+    type Error = std::io::Error;
+
+    async fn connect(&mut self) -> Result<Self::Connection<'_>, Self::Error> {
+        if !(self.open)() {
+            return Err(std::io::Error::other("gate closed"));
+        }
+        self.inner.connect().await
+    }
 }
