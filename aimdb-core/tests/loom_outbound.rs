@@ -20,6 +20,31 @@ fn leak<T>(v: T) -> &'static T {
     Box::leak(Box::new(v))
 }
 
+/// A `block_on` whose waker is the same (`will_wake`) across polls of one
+/// call and differs between calls. (`loom::future::block_on`'s clones
+/// compare unequal, which would hide the re-park path.)
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    struct Unpark(loom::sync::Notify);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.notify();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.notify();
+        }
+    }
+    let unpark = Arc::new(Unpark(loom::sync::Notify::new()));
+    let waker = std::task::Waker::from(unpark.clone());
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        unpark.0.wait();
+    }
+}
+
 #[test]
 fn latest_write_racing_with_park_is_never_lost() {
     loom::model(|| {
@@ -95,5 +120,59 @@ fn two_routes_two_writers() {
         }
         wa.join().unwrap();
         wb.join().unwrap();
+    });
+}
+
+/// The parking protocol on its own (no records): two markers, a transport
+/// that re-parks with the same waker (one `block_on`), then parks with a
+/// new waker (a second `block_on`), so the waker cell is rewritten while a
+/// marker may own it. A lost wake-up deadlocks; a data race on the cell is
+/// reported by loom's `UnsafeCell`.
+#[test]
+fn parked_two_markers_waker_replaced() {
+    use aimdb_core::sync::{Pending, ReadinessHandle};
+    use std::future::poll_fn;
+    use std::task::Poll;
+
+    fn next<'a>(
+        p: &'a mut Pending<1>,
+        r: &'a Readiness<1>,
+    ) -> impl std::future::Future<Output = usize> + 'a {
+        poll_fn(move |cx| loop {
+            p.absorb(r);
+            if let Some(i) = p.pop() {
+                return Poll::Ready(i);
+            }
+            if p.park(r, cx.waker()) {
+                return Poll::Pending;
+            }
+        })
+    }
+
+    loom::model(|| {
+        let ready = Arc::new(Readiness::<1>::new());
+        let mut pending = Pending::<1>::new();
+        let (ra, rb) = (ready.clone(), ready.clone());
+        let a = loom::thread::spawn(move || {
+            ra.route_waker(0).wake_by_ref();
+            ra.route_waker(2).wake();
+        });
+        let b = loom::thread::spawn(move || rb.route_waker(1).wake());
+        // One waker for the first two routes: parks, is woken, re-parks.
+        let mut got = block_on(async {
+            let mut got = 0u32;
+            while got.count_ones() < 2 {
+                got |= 1 << next(&mut pending, &ready).await;
+            }
+            got
+        });
+        // A new waker (a new `block_on`) for the rest.
+        while got != 0b111 {
+            let i = block_on(next(&mut pending, &ready));
+            assert_eq!(got & (1 << i), 0, "route {i} delivered twice");
+            got |= 1 << i;
+        }
+        a.join().unwrap();
+        b.join().unwrap();
     });
 }

@@ -15,9 +15,11 @@
 //!    whole connector;
 //! 4. returns a borrowed [`Message`]: route index, topic, payload.
 //!
-//! When nothing is ready it registers the transport waker *before*
-//! re-checking the bitmap, so a write that races with the park is never
-//! lost (checked by the loom model in `tests/loom_outbound.rs`).
+//! When nothing is ready it parks: its waker stored (once per waker, not per
+//! park) and a `PARKED` flag set in the bitmap's summary word by the same
+//! compare-and-swap that finds no route ready, so a write that races with
+//! the park is never lost (checked by the loom model in
+//! `tests/loom_outbound.rs`).
 //!
 //! Encode and topic failures skip that one value, are counted per route and
 //! in [`Stats`], and never stall other routes.
@@ -259,14 +261,13 @@ impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Routes<'a, H, W,
             // one load.
             self.pending.absorb(self.ready.readiness());
             let Some(i) = self.pending.pop() else {
-                let ready = self.ready.readiness();
-                // Register first, then look again: a mark that lands after
-                // this second look finds our waker in the slot.
-                ready.register_transport(cx.waker());
-                if self.pending.absorb(ready) {
-                    continue;
+                // Park: store the waker and set `PARKED` in one
+                // compare-and-swap that also finds no route ready; a mark
+                // that lands after it finds `PARKED` and wakes us.
+                if self.pending.park(self.ready.readiness(), cx.waker()) {
+                    return Poll::Pending;
                 }
-                return Poll::Pending;
+                continue;
             };
             let Some(route) = self.routes.get_mut(i) else {
                 continue;

@@ -4,19 +4,47 @@
 //! Two levels keep `take` and the search for the next ready route O(1) in the
 //! route count: `W` atomic words (32 routes each) and one summary word whose
 //! bit `g` means "some word of group `g` may be non-zero", a group being
-//! `ceil(W / 32)` consecutive words (one word per group up to 1,024 routes,
-//! four words per group at 4,096).
+//! `ceil(W / 29)` consecutive words (one word per group up to 928 routes,
+//! five words per group at 4,096).
+//!
+//! The summary's top three bits are the transport's parking protocol, so the
+//! read-modify-write that publishes a route's group also decides, in the same
+//! instruction, whether the transport must be woken:
+//!
+//! - `PARKED`: the transport found nothing ready and sleeps; the waker cell
+//!   holds its waker. Set only by the transport, only while no group bit is
+//!   set (the same compare-and-swap is its last look at the bitmap).
+//! - `LOCKED`: someone owns the waker cell: a marker that cleared `PARKED`
+//!   (it wakes the cell's waker by reference, no clone), or the transport
+//!   replacing its waker. Taken only from a state without it, so at most one
+//!   owner; the cell is touched by nobody else.
+//! - `AGAIN`: a marker cleared `PARKED` while the cell was locked; the owner
+//!   wakes the cell once more before it unlocks.
+//!
+//! Invariants: `PARKED` ⇒ no group bit; `AGAIN` ⇒ `LOCKED`. The transport
+//! keeps a clone of the waker it stored (in [`Pending`]), so re-parking with
+//! the same waker is one compare-and-swap and never touches the cell.
 
 use core::fmt;
 use core::mem::offset_of;
 use core::task::{RawWaker, RawWakerVTable, Waker};
 
-use super::atomic::{AtomicU32, Ordering};
+use super::atomic::{spin_loop, AtomicU32, Ordering, UnsafeCell};
 use super::loom_const_fn;
-use super::WakerSlot;
 
-/// Atomic readiness bits for up to `32 * W` routes, plus the transport's
-/// waker slot.
+/// The transport is parked; the waker cell holds its waker.
+const PARKED: u32 = 1 << 31;
+/// The waker cell is owned (being woken, or replaced).
+const LOCKED: u32 = 1 << 30;
+/// The cell's owner must wake it once more before unlocking.
+const AGAIN: u32 = 1 << 29;
+/// Summary bits that are group bits.
+const GROUPS: u32 = AGAIN - 1;
+/// Number of group bits.
+const GROUP_BITS: usize = 29;
+
+/// Atomic readiness bits for up to `32 * W` routes, plus the parked
+/// transport's waker.
 ///
 /// Route `i`'s waker (from [`ReadinessHandle::route_waker`]) sets bit `i` and
 /// wakes the transport; it allocates nothing. Its data pointer points into
@@ -25,17 +53,28 @@ use super::WakerSlot;
 /// `static`) or `Arc<Readiness>` (hosts, feature `alloc`).
 pub struct Readiness<const W: usize> {
     words: [AtomicU32; W],
+    /// Group bits, then `AGAIN`, `LOCKED`, `PARKED` (see the module doc).
     summary: AtomicU32,
-    transport: WakerSlot,
+    /// The transport's waker, accessed only by the owner of `LOCKED`.
+    waker: UnsafeCell<Option<Waker>>,
     /// `tags[w][b] == 32 * w + b`. A route waker's data pointer is the
     /// address of its tag: the tag gives the route index, and index plus
     /// field offset give back the struct. Two bytes of RAM per route.
     tags: [[u16; 32]; W],
 }
 
+// SAFETY: `words`, `summary` and `tags` are atomics or never written after
+// `new`. The `waker` cell is read or written only by the party that moved
+// `summary` into `LOCKED` (a compare-and-swap from a state without it, with
+// acquire ordering) until it clears `LOCKED` again (release ordering): one
+// party at a time, each seeing the previous one's writes. `Waker` is
+// `Send + Sync`, so the waker may be cloned, woken and dropped from any
+// thread.
+unsafe impl<const W: usize> Sync for Readiness<W> {}
+
 impl<const W: usize> Readiness<W> {
     /// Words per summary bit.
-    const GROUP: usize = W.div_ceil(32);
+    const GROUP: usize = W.div_ceil(GROUP_BITS);
     const CHECK: () = assert!(W >= 1 && W <= 2048, "Readiness<W>: W must be in 1..=2048");
     /// Number of routes this bitmap can serve.
     pub const CAPACITY: usize = 32 * W;
@@ -58,7 +97,7 @@ impl<const W: usize> Readiness<W> {
             Self {
                 words: Self::zero_words(),
                 summary: AtomicU32::new(0),
-                transport: WakerSlot::new(),
+                waker: UnsafeCell::new(None),
                 tags,
             }
         }
@@ -73,15 +112,14 @@ impl<const W: usize> Readiness<W> {
         core::array::from_fn(|_| AtomicU32::new(0))
     }
 
-    /// Marks route `i` ready and wakes the transport if this mark made the
-    /// summary non-zero. Out-of-range indices are ignored.
+    /// Marks route `i` ready and wakes the transport if it is parked.
+    /// Out-of-range indices are ignored.
     ///
-    /// Why one wake per summary transition is enough: the transport only
-    /// parks after registering its waker and then finding the summary zero
-    /// (or swapping it to zero). The mark that next moves the summary off
-    /// zero therefore finds the waker registered and wakes it; every mark
-    /// after it, until the transport swaps the summary again, finds it
-    /// non-zero, and the transport, already woken, will swap it and take
+    /// Why one wake per park is enough: the transport only parks with a
+    /// compare-and-swap that finds no group bit set. The mark that next sets
+    /// a group bit therefore finds `PARKED`, clears it and wakes; every mark
+    /// after it, until the transport takes the summary, finds its group bit
+    /// set or `PARKED` clear, and the transport, already woken, will take
     /// those words. So a burst of writes costs the transport one wake, not
     /// one per route.
     pub fn mark(&self, i: usize) {
@@ -95,36 +133,106 @@ impl<const W: usize> Readiness<W> {
             // transport has not taken the bit yet, so it will see it.
             return;
         }
-        let group = 1u32 << (w / Self::GROUP);
-        // The group bit already set: the transport has not swapped the
-        // summary since it was set (if it had taken this word since, our
-        // `fetch_or` above read its swap, which comes after its summary swap,
-        // and this load could not see the old bit), so it will look at this
-        // word, and whoever set the bit woke it. A load, no write: a burst
-        // across one group costs one read-modify-write per route.
-        if self.summary.load(Ordering::Acquire) & group != 0 {
-            return;
-        }
-        if self.summary.fetch_or(group, Ordering::AcqRel) == 0 {
-            self.transport.wake();
+        self.signal(1u32 << (w / Self::GROUP));
+    }
+
+    /// Sets `group` (zero: none) in the summary; wakes the transport if
+    /// it was parked, or if `group` is zero and it may be waiting.
+    fn signal(&self, group: u32) {
+        let mut s = self.summary.load(Ordering::Acquire);
+        loop {
+            // The group bit already set: the transport has not taken the
+            // summary since it was set (if it had taken this word since, our
+            // `fetch_or` above read its swap, which comes after its summary
+            // update, and this load could not see the old bit), so it will
+            // look at this word, and whoever set the bit dealt with the wake.
+            // A load, no write: a burst across one group costs one
+            // read-modify-write per route.
+            if group != 0 && s & group != 0 {
+                return;
+            }
+            // Not parked: the transport is running and its parking
+            // compare-and-swap will see our group bit. (`wake_transport`,
+            // with no group bit, wakes whatever waker was stored.)
+            if group != 0 && s & PARKED == 0 {
+                match self.summary.compare_exchange_weak(
+                    s,
+                    s | group,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return,
+                    Err(x) => s = x,
+                }
+                continue;
+            }
+            // Parked: clear `PARKED` and take the cell, or, if its owner is
+            // still in it, ask the owner to wake once more.
+            let new = (s & !PARKED) | group | if s & LOCKED == 0 { LOCKED } else { AGAIN };
+            match self
+                .summary
+                .compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if s & LOCKED == 0 {
+                        self.wake_cell();
+                        self.unlock(new, false);
+                    }
+                    return;
+                }
+                Err(x) => s = x,
+            }
         }
     }
 
-    /// Registers the transport task's waker. Call it *before* the final
-    /// [`Pending::absorb`] of a poll that is about to return `Pending`.
-    pub fn register_transport(&self, waker: &Waker) {
-        self.transport.register(waker);
+    /// Wakes the stored waker by reference. Only the owner of `LOCKED` may
+    /// call it.
+    fn wake_cell(&self) {
+        // SAFETY: the caller owns `LOCKED` (see the `Sync` argument): no one
+        // else reads or writes the cell until it is released.
+        self.waker.with_mut(|cell| unsafe {
+            if let Some(w) = &*cell {
+                w.wake_by_ref();
+            }
+        });
+    }
+
+    /// Releases `LOCKED`, the summary believed to be `s`: first one more
+    /// wake for each `AGAIN` found; with `park`, moves to `PARKED` if no
+    /// group bit appeared. Returns whether the transport is now parked.
+    fn unlock(&self, mut s: u32, park: bool) -> bool {
+        loop {
+            let new = if s & AGAIN != 0 {
+                s & !AGAIN
+            } else if park && s == LOCKED {
+                PARKED
+            } else {
+                s & !LOCKED
+            };
+            match self
+                .summary
+                .compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) if s & AGAIN != 0 => {
+                    self.wake_cell();
+                    s = new;
+                }
+                Ok(_) => return new & PARKED != 0,
+                Err(x) => s = x,
+            }
+        }
     }
 
     /// Whether any bit may be set (a hint: the summary word is not cleared
     /// eagerly).
     pub fn maybe_ready(&self) -> bool {
-        self.summary.load(Ordering::Acquire) != 0
+        self.summary.load(Ordering::Acquire) & GROUPS != 0
     }
 
-    /// Wakes the transport without marking a route (shutdown, a new route).
+    /// Wakes the transport's last stored waker without marking a route
+    /// (shutdown, a new route).
     pub fn wake_transport(&self) {
-        self.transport.wake();
+        self.signal(0);
     }
 
     fn tag_ptr(this: *const Self, i: usize) -> *const () {
@@ -277,13 +385,18 @@ impl<const W: usize> ReadinessHandle<W> for alloc::sync::Arc<Readiness<W>> {
 }
 
 /// The transport task's private copy of taken readiness bits, with a
-/// rotating cursor for round-robin service. Not shared, not atomic.
+/// rotating cursor for round-robin service, and the waker it last stored
+/// in the [`Readiness`]. Not shared, not atomic.
 #[derive(Clone)]
 pub struct Pending<const W: usize> {
     bits: [u32; W],
     /// Bit `g`: some word of group `g` may be non-zero.
     summary: u32,
     cursor: usize,
+    /// A clone of the waker this transport stored in the readiness cell:
+    /// comparing against it tells whether the cell needs rewriting without
+    /// touching the cell.
+    waker: Option<Waker>,
 }
 
 impl<const W: usize> Pending<W> {
@@ -295,16 +408,19 @@ impl<const W: usize> Pending<W> {
             bits: [0; W],
             summary: 0,
             cursor: 0,
+            waker: None,
         }
     }
 
     /// Moves every ready bit of `ready` into this set: one swap per
     /// non-empty word. Returns whether anything was taken.
     pub fn absorb(&mut self, ready: &Readiness<W>) -> bool {
-        if ready.summary.load(Ordering::Acquire) == 0 {
+        if ready.summary.load(Ordering::Acquire) & GROUPS == 0 {
             return false;
         }
-        let mut groups = ready.summary.swap(0, Ordering::AcqRel);
+        // Clear the group bits only: a marker may still own the waker cell
+        // (`LOCKED`, `AGAIN`). `PARKED` is never set alongside group bits.
+        let mut groups = ready.summary.fetch_and(!GROUPS, Ordering::AcqRel) & GROUPS;
         let mut any = false;
         while groups != 0 {
             let g = groups.trailing_zeros() as usize;
@@ -325,6 +441,88 @@ impl<const W: usize> Pending<W> {
             }
         }
         any
+    }
+
+    /// Parks the transport task: stores `waker` in `ready` (unless the
+    /// stored one would wake the same task) and sets `PARKED`, in one
+    /// compare-and-swap that also checks the bitmap one last time. Returns
+    /// `true` when the caller may return `Pending` (a later mark wakes
+    /// `waker`), `false` when a route became ready meanwhile (absorb again).
+    ///
+    /// Call it after [`Self::absorb`] and [`Self::pop`] found nothing. One
+    /// transport per [`Readiness`]: a second one parking on the same bitmap
+    /// may miss wake-ups (never memory safety).
+    pub fn park(&mut self, ready: &Readiness<W>, waker: &Waker) -> bool {
+        if !self.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            return self.park_new_waker(ready, waker);
+        }
+        // The cell holds our waker: only `PARKED` to set, even if a marker
+        // still owns the cell (it only reads it, and a mark that then finds
+        // `PARKED` and `LOCKED` sets `AGAIN`, so the owner wakes us before it
+        // unlocks).
+        let mut s = ready.summary.load(Ordering::Acquire);
+        loop {
+            if s & GROUPS != 0 {
+                return false;
+            }
+            if s & PARKED != 0 {
+                // Already parked (a spurious poll): nothing to write.
+                return true;
+            }
+            match ready.summary.compare_exchange_weak(
+                s,
+                s | PARKED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(x) => s = x,
+            }
+        }
+    }
+
+    /// [`Self::park`] with a waker the cell does not hold yet (the first
+    /// park, or the task's waker changed): rewrite the cell, then park.
+    #[cold]
+    #[inline(never)]
+    fn park_new_waker(&mut self, ready: &Readiness<W>, waker: &Waker) -> bool {
+        let mut s = ready.summary.load(Ordering::Acquire);
+        loop {
+            if s & GROUPS != 0 {
+                return false;
+            }
+            if s & LOCKED != 0 {
+                // A marker is waking our previous waker, and the cell cannot
+                // be rewritten under it. Rare (the waker changed during a
+                // wake): poll again at once.
+                waker.wake_by_ref();
+                spin_loop();
+                return true;
+            }
+            // `s` is 0 or `PARKED` (`AGAIN` implies `LOCKED`): take the cell,
+            // clearing `PARKED` so no marker reads it meanwhile.
+            match ready.summary.compare_exchange_weak(
+                s,
+                LOCKED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(x) => s = x,
+            }
+        }
+        let new = Some(waker.clone());
+        // SAFETY: we moved the summary into `LOCKED` from a state without
+        // it, which makes us the cell's only user until `unlock` below
+        // releases it.
+        let old = ready
+            .waker
+            .with_mut(|cell| unsafe { core::mem::replace(&mut *cell, new) });
+        let parked = ready.unlock(LOCKED, true);
+        // Dropping a waker runs foreign code: outside the lock.
+        drop(old);
+        self.waker = Some(waker.clone());
+        parked
     }
 
     /// Marks route `i` pending (it may have more to deliver).
@@ -462,7 +660,8 @@ mod tests {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let transport = Waker::from(count.clone());
         let r = Arc::new(Readiness::<2>::new());
-        r.register_transport(&transport);
+        let mut p = Pending::<2>::new();
+        assert!(p.park(&r, &transport));
         let w = r.route_waker(33);
         let w2 = w.clone();
         w.wake();
@@ -470,8 +669,57 @@ mod tests {
         assert_eq!(count.0.load(O::SeqCst), 1, "second mark finds the bit set");
         drop(w2);
         assert_eq!(Arc::strong_count(&r), 1, "wakers released their counts");
-        let mut p = Pending::<2>::new();
         assert!(p.absorb(&r));
         assert_eq!(p.pop(), Some(33));
+    }
+
+    #[cfg(feature = "alloc")]
+    #[test]
+    fn park_stores_a_waker_once_and_wakes_the_latest() {
+        use std::sync::atomic::{AtomicUsize, Ordering as O};
+        use std::sync::Arc;
+        struct Count(AtomicUsize);
+        impl std::task::Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, O::SeqCst);
+            }
+        }
+        let (ca, cb) = (
+            Arc::new(Count(AtomicUsize::new(0))),
+            Arc::new(Count(AtomicUsize::new(0))),
+        );
+        let (a, b) = (Waker::from(ca.clone()), Waker::from(cb.clone()));
+        let r = Arc::new(Readiness::<128>::new());
+        let mut p = Pending::<128>::new();
+        assert!(p.park(&r, &a));
+        // `ca`, `a`, the cell's clone and the one `Pending` keeps.
+        assert_eq!(Arc::strong_count(&ca), 4);
+        assert!(p.park(&r, &a), "a spurious re-poll stays parked");
+        r.mark(4095);
+        r.mark(4094);
+        assert_eq!(ca.0.load(O::SeqCst), 1, "one wake per park");
+        assert!(!p.park(&r, &a), "a route is ready: do not park");
+        assert!(p.absorb(&r));
+        assert_eq!([p.pop(), p.pop(), p.pop()], [Some(4094), Some(4095), None]);
+        assert!(p.park(&r, &a));
+        assert_eq!(Arc::strong_count(&ca), 4, "same waker: no new clone");
+        r.mark(7);
+        assert_eq!(ca.0.load(O::SeqCst), 2);
+        assert!(p.absorb(&r));
+        assert_eq!(p.pop(), Some(7));
+        // The task's waker changed: the cell is rewritten, the old clone
+        // dropped.
+        assert!(p.park(&r, &b));
+        assert_eq!(Arc::strong_count(&ca), 2);
+        r.wake_transport();
+        assert_eq!(cb.0.load(O::SeqCst), 1);
+        assert!(!r.maybe_ready());
+        r.mark(0);
+        assert_eq!(
+            (ca.0.load(O::SeqCst), cb.0.load(O::SeqCst)),
+            (2, 1),
+            "not parked"
+        );
+        assert!(!p.park(&r, &b));
     }
 }
