@@ -24,8 +24,9 @@
 //!   transport into records by exact topic, pattern or key.
 //! - [`outbound`]: `Routes` turns record writes into messages the transport
 //!   pulls with `next()`: one task per connector, never one per route.
-//! - [`sync`]: the waker slot and readiness bitmap everything async is built
-//!   on; the only module with `unsafe`.
+//! - [`sync`]: the readiness bitmap the outbound path is built on (route
+//!   bits, and the transport's waker parked in its summary word); the only
+//!   module with `unsafe`.
 //!
 //! ## Features
 //!

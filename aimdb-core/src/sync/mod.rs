@@ -1,5 +1,14 @@
-//! The one low-level module: waker slots, the readiness bitmap and the atomic
-//! shim they are built on.
+//! The one low-level module: the readiness bitmap (with the transport's
+//! waker cell folded into its summary word) and the atomic shim it is built
+//! on.
+//!
+//! There is no separate waker-slot type any more: a record keeps its
+//! readers' wakers under its own lock (one critical section per read, see
+//! `record`), and the transport's waker is parked through the readiness
+//! summary word (`PARKED`/`LOCKED`/`AGAIN`), which saved the separate
+//! slot's atomics on every parked message (b1 `parked`, see
+//! `aimdb-bench/README.md`). ARCHITECTURE.md's "one waker-slot type" became
+//! these two uses, each of which the slot only made slower.
 //!
 //! Everything `unsafe` in `aimdb-core` lives below this module, behind safe
 //! APIs; every block carries a `// SAFETY:` argument. The routing modules
@@ -14,11 +23,9 @@
 mod ascii;
 pub(crate) mod atomic;
 mod readiness;
-mod waker_slot;
 
 pub(crate) use ascii::ascii_str;
 pub use readiness::{Pending, Readiness, ReadinessHandle};
-pub use waker_slot::WakerSlot;
 
 /// Declares a constructor that is `const fn` normally and a plain `fn` under
 /// `--cfg loom`, whose atomics cannot be built in a constant.
