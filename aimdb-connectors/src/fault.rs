@@ -55,9 +55,6 @@
 //!
 //! No allocation, no `unsafe`, `no_std`.
 
-use core::future::poll_fn;
-use core::task::Poll;
-
 use embedded_io_async::{Error as _, ErrorKind, ErrorType, Read, Write};
 
 /// One fault at an offset of the original stream.
@@ -286,20 +283,6 @@ fn seeded(seed: u64) -> u64 {
     }
 }
 
-/// Returns `Pending` once, waking itself.
-async fn yield_now() {
-    let mut yielded = false;
-    poll_fn(|cx| {
-        if yielded {
-            return Poll::Ready(());
-        }
-        yielded = true;
-        cx.waker().wake_by_ref();
-        Poll::Pending
-    })
-    .await
-}
-
 impl<'a, T> Faulty<'a, T> {
     /// `inner` with `plan` applied.
     pub fn new(inner: T, plan: Plan<'a>) -> Self {
@@ -473,7 +456,7 @@ impl<'a, T> Faulty<'a, T> {
 
     async fn stall(&mut self, polls: u32) {
         for _ in 0..polls {
-            yield_now().await;
+            embassy_futures::yield_now().await;
         }
         self.injected.delays += 1;
         self.active = Active::Idle;

@@ -327,17 +327,8 @@ mod tests {
                 b_rx.read(&mut buf).await.unwrap()
             };
             let close = async {
-                // Let the reader park first: yield once, waking ourselves.
-                let mut yielded = false;
-                poll_fn(|cx| {
-                    if yielded {
-                        return Poll::Ready(());
-                    }
-                    yielded = true;
-                    cx.waker().wake_by_ref();
-                    Poll::Pending
-                })
-                .await;
+                // Let the reader park first.
+                embassy_futures::yield_now().await;
                 pair.close();
             };
             let (n, ()) = embassy_futures::join::join(read, close).await;
