@@ -14,7 +14,7 @@
 //! `Reader::recv`), `outbound_routes` (one task over `Routes::next`),
 //! `select_all` and `stream_map` (one task over N `poll_fn` streams of
 //! `Reader::poll_recv`), and `floor` (parked only: a consumer and the
-//! producer, each parked on one `WakerSlot`, handing one value over through
+//! producer, each parked on one `AtomicWaker`, handing one value over through
 //! a `Cell`).
 //!
 //! Fairness: every column reads the same record type
@@ -22,9 +22,9 @@
 //! value with `Postcard` (columns other than `outbound_routes` into their
 //! own 16-byte scratch, pre-filled with non-zero bytes; `outbound_routes`
 //! into the connector scratch of the shared fixture), and delivers it to the
-//! same [`Sink`], which wakes the producer through its one `WakerSlot` when
+//! same [`Sink`], which wakes the producer through its one `AtomicWaker` when
 //! the awaited count is reached. `floor` does the same encode and sink push;
-//! only the hand-off differs (a `Cell` and a `WakerSlot`, no record, no
+//! only the hand-off differs (a `Cell` and an `AtomicWaker`, no record, no
 //! lock), so it is the cost of two same-thread wakes plus that shared work.
 //!
 //! Method: every fixture (records, readers, tables, tasks) is built before
@@ -54,7 +54,7 @@ use aimdb_bench::fixtures::{self, Cs, Rec};
 use aimdb_bench::timing::{allocs, bound_json, cell_json, short, GatedCounter, Spread, RUNS};
 use aimdb_core::codec::{Encode, Postcard};
 use aimdb_core::record::{Latest, Reader, RecvError};
-use aimdb_core::sync::WakerSlot;
+use futures::task::AtomicWaker;
 use futures::{Stream, StreamExt};
 use serde_json::json;
 use tokio_stream::StreamMap;
@@ -129,7 +129,7 @@ struct Sink {
     last: RefCell<[u8; 16]>,
     last_len: Cell<usize>,
     topic_bytes: Cell<u64>,
-    producer: WakerSlot,
+    producer: AtomicWaker,
 }
 
 impl Sink {
@@ -140,7 +140,7 @@ impl Sink {
             last: RefCell::new([0x5a; 16]),
             last_len: Cell::new(0),
             topic_bytes: Cell::new(0),
-            producer: WakerSlot::new(),
+            producer: AtomicWaker::new(),
         })
     }
 
@@ -180,7 +180,7 @@ impl Sink {
 /// waker slot.
 struct Handoff {
     value: Cell<Option<u32>>,
-    consumer: WakerSlot,
+    consumer: AtomicWaker,
 }
 
 /// Non-zero values with a five-byte postcard encoding.
@@ -290,7 +290,7 @@ fn build(scenario: Scenario, column: Column, n: usize) -> Bench {
         Column::Floor => {
             let h = Rc::new(Handoff {
                 value: Cell::new(None),
-                consumer: WakerSlot::new(),
+                consumer: AtomicWaker::new(),
             });
             let (h2, s) = (h.clone(), sink.clone());
             let topic = fixtures::out_topics(1)[0];
@@ -628,58 +628,52 @@ fn bounds(benches: &[Bench]) -> Vec<Bound> {
 }
 
 fn table(benches: &[Bench], s: Scenario) -> String {
+    let mut t = String::new();
+    let title = format!(
+        "\n{} — ns/message, median [min-max] of {RUNS} interleaved runs",
+        s.name()
+    );
+    grid(&mut t, benches, s, &title, |b| match b {
+        Some(b) => Spread::of(&b.samples).show(),
+        None => "skipped".to_string(),
+    });
+    let title = format!("{} — allocations/message; messages per timed run", s.name());
+    grid(&mut t, benches, s, &title, |b| match b {
+        Some(b) => format!("{:.3}; {}", b.allocs_per_msg, b.msgs),
+        None => "-".to_string(),
+    });
+    t
+}
+
+/// One table of `s`: a row per route count, a column per design, `cell`
+/// rendering each measured (or skipped) cell.
+fn grid(
+    t: &mut String,
+    benches: &[Bench],
+    s: Scenario,
+    title: &str,
+    cell: impl Fn(Option<&Bench>) -> String,
+) {
     let cols: Vec<Column> = COLUMNS
         .into_iter()
         .filter(|&c| s == Scenario::Parked || c != Column::Floor)
         .collect();
-    let counts: Vec<usize> = ROUTES
+    let _ = writeln!(t, "{title}");
+    let _ = write!(t, "{:>6}", "routes");
+    for c in &cols {
+        let _ = write!(t, "  {:>26}", c.name());
+    }
+    let _ = writeln!(t);
+    for n in ROUTES
         .into_iter()
         .filter(|&n| s == Scenario::Parked || n >= 8)
-        .collect();
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "\n{} — ns/message, median [min-max] of {RUNS} interleaved runs",
-        s.name()
-    );
-    let _ = write!(t, "{:>6}", "routes");
-    for c in &cols {
-        let _ = write!(t, "  {:>26}", c.name());
-    }
-    let _ = writeln!(t);
-    for &n in &counts {
+    {
         let _ = write!(t, "{n:>6}");
         for &c in &cols {
-            let cell = match find(benches, s, c, n) {
-                Some(b) => Spread::of(&b.samples).show(),
-                None => "skipped".to_string(),
-            };
-            let _ = write!(t, "  {cell:>26}");
+            let _ = write!(t, "  {:>26}", cell(find(benches, s, c, n)));
         }
         let _ = writeln!(t);
     }
-    let _ = writeln!(
-        t,
-        "{} — allocations/message; messages per timed run",
-        s.name()
-    );
-    let _ = write!(t, "{:>6}", "routes");
-    for c in &cols {
-        let _ = write!(t, "  {:>26}", c.name());
-    }
-    let _ = writeln!(t);
-    for &n in &counts {
-        let _ = write!(t, "{n:>6}");
-        for &c in &cols {
-            let cell = match find(benches, s, c, n) {
-                Some(b) => format!("{:.3}; {}", b.allocs_per_msg, b.msgs),
-                None => "-".to_string(),
-            };
-            let _ = write!(t, "  {cell:>26}");
-        }
-        let _ = writeln!(t);
-    }
-    t
 }
 
 fn report(benches: &[Bench], notes: &[String], control: u64, total: Duration) {
