@@ -5,8 +5,9 @@
 //! There is no separate waker-slot type any more: a record keeps its
 //! readers' wakers under its own lock (one critical section per read, see
 //! `record`), and the transport's waker is parked through the readiness
-//! summary word (`PARKED`/`LOCKED`/`AGAIN`), which saved the separate
-//! slot's atomics on every parked message (b1 `parked`, see
+//! summary word (`PARKED`, with an episode count guarding the waker cell),
+//! which saved the separate slot's atomics on every parked message (b1
+//! `parked`, see
 //! `aimdb-bench/README.md`). ARCHITECTURE.md's "one waker-slot type" became
 //! these two uses, each of which the slot only made slower.
 //!

@@ -4,26 +4,41 @@
 //! Two levels keep `take` and the search for the next ready route O(1) in the
 //! route count: `W` atomic words (32 routes each) and one summary word whose
 //! bit `g` means "some word of group `g` may be non-zero", a group being
-//! `ceil(W / 29)` consecutive words (one word per group up to 928 routes,
+//! `ceil(W / 30)` consecutive words (one word per group up to 960 routes,
 //! five words per group at 4,096).
 //!
-//! The summary's top three bits are the transport's parking protocol, so the
-//! read-modify-write that publishes a route's group also decides, in the same
-//! instruction, whether the transport must be woken:
+//! The summary's top bit, `PARKED`, is the transport's parking protocol, so
+//! the read-modify-write that publishes a route's group also decides, in the
+//! same instruction, whether the transport must be woken. `PARKED` is set
+//! only by the transport, only while no group bit is set (the same
+//! compare-and-swap is its last look at the bitmap), and cleared by the one
+//! marker that finds it (or by the transport itself).
 //!
-//! - `PARKED`: the transport found nothing ready and sleeps; the waker cell
-//!   holds its waker. Set only by the transport, only while no group bit is
-//!   set (the same compare-and-swap is its last look at the bitmap).
-//! - `LOCKED`: someone owns the waker cell: a marker that cleared `PARKED`
-//!   (it wakes the cell's waker by reference, no clone), or the transport
-//!   replacing its waker. Taken only from a state without it, so at most one
-//!   owner; the cell is touched by nobody else.
-//! - `AGAIN`: a marker cleared `PARKED` while the cell was locked; the owner
-//!   wakes the cell once more before it unlocks.
+//! The waker cell is guarded by *episodes* rather than a lock bit: before
+//! each park the transport numbers the episode (`episode`); the marker that
+//! clears `PARKED` wakes the cell's waker by reference, then stores that
+//! number in `done` (a plain release store, not a read-modify-write). The
+//! transport writes the cell, or parks again, only when it sees `PARKED`
+//! clear and `done == episode`, so at most one marker reads the cell at a
+//! time and never while the transport writes it. Compared with releasing a
+//! lock bit in the summary, this saves one read-modify-write per wake: the
+//! `b1_outbound_wakeup` parked rows pay it on every message. The price is
+//! that a transport polled while the marker that woke it is still inside
+//! `wake_by_ref` (another thread, a few instructions) polls again instead of
+//! parking; on one thread, or with interrupts, that never happens.
 //!
-//! Invariants: `PARKED` ⇒ no group bit; `AGAIN` ⇒ `LOCKED`. The transport
-//! keeps a clone of the waker it stored (in [`Pending`]), so re-parking with
-//! the same waker is one compare-and-swap and never touches the cell.
+//! The marker that clears `PARKED` does not touch the bitmap at all: when
+//! the summary is exactly `PARKED` (nothing else pending), it hands its
+//! route index over in the compare-and-swap that ends the episode
+//! (`PARKED` → `DIRECT`, the index in `direct`, published by the `done`
+//! store), and the transport takes it from there without a swap. A parked
+//! hand-over then costs two read-modify-writes in all (that one and the
+//! transport's next park) instead of five (word, summary, the transport's
+//! summary and word takes, its park). `DIRECT` is cleared by the next park.
+//!
+//! The transport keeps a clone of the waker it stored (in [`Pending`]), so
+//! re-parking with the same waker is one compare-and-swap and never touches
+//! the cell.
 
 use core::fmt;
 use core::mem::offset_of;
@@ -34,14 +49,13 @@ use super::loom_const_fn;
 
 /// The transport is parked; the waker cell holds its waker.
 const PARKED: u32 = 1 << 31;
-/// The waker cell is owned (being woken, or replaced).
-const LOCKED: u32 = 1 << 30;
-/// The cell's owner must wake it once more before unlocking.
-const AGAIN: u32 = 1 << 29;
+/// The marker that ended the transport's last episode left its route index
+/// in `direct` instead of the bitmap (see the module doc).
+const DIRECT: u32 = 1 << 30;
 /// Summary bits that are group bits.
-const GROUPS: u32 = AGAIN - 1;
+const GROUPS: u32 = DIRECT - 1;
 /// Number of group bits.
-const GROUP_BITS: usize = 29;
+const GROUP_BITS: usize = 30;
 
 /// Atomic readiness bits for up to `32 * W` routes, plus the parked
 /// transport's waker.
@@ -53,9 +67,19 @@ const GROUP_BITS: usize = 29;
 /// `static`) or `Arc<Readiness>` (hosts, feature `alloc`).
 pub struct Readiness<const W: usize> {
     words: [AtomicU32; W],
-    /// Group bits, then `AGAIN`, `LOCKED`, `PARKED` (see the module doc).
+    /// Group bits, then `DIRECT`, `PARKED` (see the module doc).
     summary: AtomicU32,
-    /// The transport's waker, accessed only by the owner of `LOCKED`.
+    /// The route handed over with `DIRECT`: written by the marker that ended
+    /// the episode before it stores `done`.
+    direct: AtomicU32,
+    /// Number of the transport's latest park; written by the transport only.
+    episode: AtomicU32,
+    /// Latest episode whose waking is over: stored by the marker that
+    /// cleared `PARKED`, or by the transport for an episode no marker ended.
+    done: AtomicU32,
+    /// The transport's waker: read by the marker that ended an episode
+    /// until it stores `done`, written by the transport only while `PARKED`
+    /// is clear and `done == episode`.
     waker: UnsafeCell<Option<Waker>>,
     /// `tags[w][b] == 32 * w + b`. A route waker's data pointer is the
     /// address of its tag: the tag gives the route index, and index plus
@@ -63,13 +87,17 @@ pub struct Readiness<const W: usize> {
     tags: [[u16; 32]; W],
 }
 
-// SAFETY: `words`, `summary` and `tags` are atomics or never written after
-// `new`. The `waker` cell is read or written only by the party that moved
-// `summary` into `LOCKED` (a compare-and-swap from a state without it, with
-// acquire ordering) until it clears `LOCKED` again (release ordering): one
-// party at a time, each seeing the previous one's writes. `Waker` is
-// `Send + Sync`, so the waker may be cloned, woken and dropped from any
-// thread.
+// SAFETY: `words`, `summary`, `episode`, `done` are atomics and `tags` is
+// never written after `new`. The `waker` cell: a marker reads it only after
+// its compare-and-swap cleared `PARKED` (acquire: it sees the cell the
+// transport wrote before its releasing park), and only until it stores
+// `done` (release). The transport writes it only after loading `PARKED`
+// clear and `done == episode` (acquire: every read by the marker of that
+// episode happened before), and it sets `PARKED` again only after the
+// write. Only one marker can clear `PARKED` per episode and no new episode
+// starts before `done` caught up, so readers never overlap each other or
+// the writer. `Waker` is `Send + Sync`, so the waker may be cloned, woken
+// and dropped from any thread.
 unsafe impl<const W: usize> Sync for Readiness<W> {}
 
 impl<const W: usize> Readiness<W> {
@@ -97,6 +125,9 @@ impl<const W: usize> Readiness<W> {
             Self {
                 words: Self::zero_words(),
                 summary: AtomicU32::new(0),
+                direct: AtomicU32::new(0),
+                episode: AtomicU32::new(0),
+                done: AtomicU32::new(0),
                 waker: UnsafeCell::new(None),
                 tags,
             }
@@ -127,6 +158,9 @@ impl<const W: usize> Readiness<W> {
         let Some(word) = self.words.get(w) else {
             return;
         };
+        if self.summary.load(Ordering::Acquire) == PARKED && self.mark_direct(i) {
+            return;
+        }
         let bit = 1u32 << (i % 32);
         if word.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
             // Whoever set the bit first did the summary update below; the
@@ -136,28 +170,48 @@ impl<const W: usize> Readiness<W> {
         self.signal(1u32 << (w / Self::GROUP));
     }
 
-    /// Sets `group` (zero: none) in the summary; wakes the transport if
-    /// it was parked, or if `group` is zero and it may be waiting.
+    /// The transport is parked with nothing pending: hand it route `i` in
+    /// the compare-and-swap that ends its episode. `false`: the summary
+    /// changed meanwhile, take the bitmap path.
+    fn mark_direct(&self, i: usize) -> bool {
+        if self
+            .summary
+            .compare_exchange(PARKED, DIRECT, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        // Read by the transport only after it acquires our `done` store.
+        self.direct.store(i as u32, Ordering::Relaxed);
+        let e = self.episode.load(Ordering::Relaxed);
+        self.wake_cell();
+        self.done.store(e, Ordering::Release);
+        true
+    }
+
+    /// Sets `group` in the summary and wakes the transport if it was
+    /// parked. `group == 0` (a poke, [`Self::wake_transport`]): wakes a
+    /// parked transport, or sets group bit 0 so a running one looks again
+    /// before it parks.
     fn signal(&self, group: u32) {
+        let bit = if group == 0 { 1 } else { group };
         let mut s = self.summary.load(Ordering::Acquire);
         loop {
-            // The group bit already set: the transport has not taken the
-            // summary since it was set (if it had taken this word since, our
-            // `fetch_or` above read its swap, which comes after its summary
-            // update, and this load could not see the old bit), so it will
-            // look at this word, and whoever set the bit dealt with the wake.
-            // A load, no write: a burst across one group costs one
-            // read-modify-write per route.
-            if group != 0 && s & group != 0 {
-                return;
-            }
-            // Not parked: the transport is running and its parking
-            // compare-and-swap will see our group bit. (`wake_transport`,
-            // with no group bit, wakes whatever waker was stored.)
-            if group != 0 && s & PARKED == 0 {
+            if s & PARKED == 0 {
+                // The group bit already set: the transport has not taken the
+                // summary since it was set (if it had taken this word since,
+                // our `fetch_or` in `mark` read its swap, which comes after
+                // its summary update, and this load could not see the old
+                // bit), so it will look at this word. A load, no write: a
+                // burst across one group costs one read-modify-write per
+                // route.
+                if s & bit != 0 {
+                    return;
+                }
+                // Running: its parking compare-and-swap will see our bit.
                 match self.summary.compare_exchange_weak(
                     s,
-                    s | group,
+                    s | bit,
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 ) {
@@ -166,18 +220,20 @@ impl<const W: usize> Readiness<W> {
                 }
                 continue;
             }
-            // Parked: clear `PARKED` and take the cell, or, if its owner is
-            // still in it, ask the owner to wake once more.
-            let new = (s & !PARKED) | group | if s & LOCKED == 0 { LOCKED } else { AGAIN };
-            match self
-                .summary
-                .compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Acquire)
-            {
+            // Parked (so no group bit is set): clear `PARKED`; waking this
+            // episode is then ours alone.
+            match self.summary.compare_exchange_weak(
+                s,
+                (s & !PARKED) | group,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => {
-                    if s & LOCKED == 0 {
-                        self.wake_cell();
-                        self.unlock(new, false);
-                    }
+                    // The transport wrote `episode` before its releasing
+                    // park, which our acquire read.
+                    let e = self.episode.load(Ordering::Relaxed);
+                    self.wake_cell();
+                    self.done.store(e, Ordering::Release);
                     return;
                 }
                 Err(x) => s = x,
@@ -185,11 +241,14 @@ impl<const W: usize> Readiness<W> {
         }
     }
 
-    /// Wakes the stored waker by reference. Only the owner of `LOCKED` may
-    /// call it.
+    /// Wakes the stored waker by reference. Only the marker that cleared
+    /// `PARKED`, before it stores `done`.
     fn wake_cell(&self) {
-        // SAFETY: the caller owns `LOCKED` (see the `Sync` argument): no one
-        // else reads or writes the cell until it is released.
+        // SAFETY: the caller cleared `PARKED` for the current episode and
+        // has not stored `done` yet: the transport does not write the cell
+        // until it has (see the `Sync` argument), and no other marker can
+        // clear `PARKED` before the transport parks again, which also waits
+        // for `done`.
         self.waker.with_mut(|cell| unsafe {
             if let Some(w) = &*cell {
                 w.wake_by_ref();
@@ -197,40 +256,15 @@ impl<const W: usize> Readiness<W> {
         });
     }
 
-    /// Releases `LOCKED`, the summary believed to be `s`: first one more
-    /// wake for each `AGAIN` found; with `park`, moves to `PARKED` if no
-    /// group bit appeared. Returns whether the transport is now parked.
-    fn unlock(&self, mut s: u32, park: bool) -> bool {
-        loop {
-            let new = if s & AGAIN != 0 {
-                s & !AGAIN
-            } else if park && s == LOCKED {
-                PARKED
-            } else {
-                s & !LOCKED
-            };
-            match self
-                .summary
-                .compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) if s & AGAIN != 0 => {
-                    self.wake_cell();
-                    s = new;
-                }
-                Ok(_) => return new & PARKED != 0,
-                Err(x) => s = x,
-            }
-        }
-    }
-
     /// Whether any bit may be set (a hint: the summary word is not cleared
     /// eagerly).
     pub fn maybe_ready(&self) -> bool {
-        self.summary.load(Ordering::Acquire) & GROUPS != 0
+        self.summary.load(Ordering::Acquire) & (GROUPS | DIRECT) != 0
     }
 
-    /// Wakes the transport's last stored waker without marking a route
-    /// (shutdown, a new route).
+    /// Makes the transport look again without marking a route (shutdown, a
+    /// new route): wakes it if it is parked; if it is running, its next
+    /// park finds a group bit set and polls once more instead.
     pub fn wake_transport(&self) {
         self.signal(0);
     }
@@ -397,6 +431,9 @@ pub struct Pending<const W: usize> {
     /// comparing against it tells whether the cell needs rewriting without
     /// touching the cell.
     waker: Option<Waker>,
+    /// Parked, and the route a marker may hand over with `DIRECT` is not
+    /// taken yet.
+    direct_due: bool,
 }
 
 impl<const W: usize> Pending<W> {
@@ -409,19 +446,38 @@ impl<const W: usize> Pending<W> {
             summary: 0,
             cursor: 0,
             waker: None,
+            direct_due: false,
         }
     }
 
     /// Moves every ready bit of `ready` into this set: one swap per
     /// non-empty word. Returns whether anything was taken.
+    #[inline]
     pub fn absorb(&mut self, ready: &Readiness<W>) -> bool {
-        if ready.summary.load(Ordering::Acquire) & GROUPS == 0 {
-            return false;
-        }
-        // Clear the group bits only: a marker may still own the waker cell
-        // (`LOCKED`, `AGAIN`). `PARKED` is never set alongside group bits.
-        let mut groups = ready.summary.fetch_and(!GROUPS, Ordering::AcqRel) & GROUPS;
+        let s = ready.summary.load(Ordering::Acquire);
         let mut any = false;
+        if self.direct_due && s & PARKED == 0 {
+            if s & DIRECT == 0 {
+                // Our episode ended without a hand-over (a marker that took
+                // the bitmap path, or a poke): only that one CAS can set
+                // `DIRECT`, so none will come.
+                self.direct_due = false;
+            } else if ready.done.load(Ordering::Acquire) == ready.episode.load(Ordering::Relaxed) {
+                // The marker that woke us handed its route over; it is ours
+                // to read once its `done` store is visible (on another
+                // thread it may still be inside the wake: `park` then polls
+                // again).
+                self.direct_due = false;
+                self.set(ready.direct.load(Ordering::Relaxed) as usize);
+                any = true;
+            }
+        }
+        if s & GROUPS == 0 {
+            return any;
+        }
+        // Clear the group bits only. `PARKED` is never set alongside group
+        // bits, and only its own parking sets it.
+        let mut groups = ready.summary.fetch_and(!GROUPS, Ordering::AcqRel) & GROUPS;
         while groups != 0 {
             let g = groups.trailing_zeros() as usize;
             groups &= groups - 1;
@@ -453,76 +509,89 @@ impl<const W: usize> Pending<W> {
     /// transport per [`Readiness`]: a second one parking on the same bitmap
     /// may miss wake-ups (never memory safety).
     pub fn park(&mut self, ready: &Readiness<W>, waker: &Waker) -> bool {
-        if !self.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
-            return self.park_new_waker(ready, waker);
-        }
-        // The cell holds our waker: only `PARKED` to set, even if a marker
-        // still owns the cell (it only reads it, and a mark that then finds
-        // `PARKED` and `LOCKED` sets `AGAIN`, so the owner wakes us before it
-        // unlocks).
+        let mut same = self.waker.as_ref().is_some_and(|w| w.will_wake(waker));
         let mut s = ready.summary.load(Ordering::Acquire);
         loop {
-            if s & GROUPS != 0 {
-                return false;
-            }
             if s & PARKED != 0 {
-                // Already parked (a spurious poll): nothing to write.
-                return true;
+                if same {
+                    // Parked with this waker (a spurious poll): no marker
+                    // came, nothing to write.
+                    return true;
+                }
+                // Parked with another waker, or by a transport before us:
+                // end that episode ourselves, so no marker reads the cell.
+                match ready.summary.compare_exchange_weak(
+                    s,
+                    s & !PARKED,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        let e = ready.episode.load(Ordering::Relaxed);
+                        ready.done.store(e, Ordering::Release);
+                        self.direct_due = false;
+                        s &= !PARKED;
+                    }
+                    Err(x) => {
+                        s = x;
+                        continue;
+                    }
+                }
             }
-            match ready.summary.compare_exchange_weak(
-                s,
-                s | PARKED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return true,
-                Err(x) => s = x,
-            }
-        }
-    }
-
-    /// [`Self::park`] with a waker the cell does not hold yet (the first
-    /// park, or the task's waker changed): rewrite the cell, then park.
-    #[cold]
-    #[inline(never)]
-    fn park_new_waker(&mut self, ready: &Readiness<W>, waker: &Waker) -> bool {
-        let mut s = ready.summary.load(Ordering::Acquire);
-        loop {
             if s & GROUPS != 0 {
                 return false;
             }
-            if s & LOCKED != 0 {
-                // A marker is waking our previous waker, and the cell cannot
-                // be rewritten under it. Rare (the waker changed during a
-                // wake): poll again at once.
+            let e = ready.episode.load(Ordering::Relaxed);
+            if self.direct_due || ready.done.load(Ordering::Acquire) != e {
+                // The marker that ended episode `e` is still inside the
+                // cell's `wake_by_ref` on another thread (or its `DIRECT`
+                // route is not readable yet): neither rewrite the cell nor
+                // start an episode under it. Poll again.
                 waker.wake_by_ref();
                 spin_loop();
                 return true;
             }
-            // `s` is 0 or `PARKED` (`AGAIN` implies `LOCKED`): take the cell,
-            // clearing `PARKED` so no marker reads it meanwhile.
-            match ready.summary.compare_exchange_weak(
-                s,
-                LOCKED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => break,
-                Err(x) => s = x,
+            if !same {
+                self.replace_waker(ready, waker);
+                same = true;
+            }
+            let e = e.wrapping_add(1);
+            ready.episode.store(e, Ordering::Relaxed);
+            // `DIRECT`, if set, was taken (above): the park clears it.
+            match ready
+                .summary
+                .compare_exchange(s, PARKED, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    self.direct_due = true;
+                    return true;
+                }
+                Err(x) => {
+                    // Not parked after all, so no marker will end episode
+                    // `e`: end it here.
+                    ready.done.store(e, Ordering::Release);
+                    s = x;
+                }
             }
         }
+    }
+
+    /// Stores `waker` in the cell (the first park, or the task's waker
+    /// changed). The caller saw `PARKED` clear and `done == episode`.
+    #[cold]
+    #[inline(never)]
+    fn replace_waker(&mut self, ready: &Readiness<W>, waker: &Waker) {
         let new = Some(waker.clone());
-        // SAFETY: we moved the summary into `LOCKED` from a state without
-        // it, which makes us the cell's only user until `unlock` below
-        // releases it.
+        // SAFETY: `PARKED` is clear and the last episode's marker stored
+        // `done` (acquired by the caller), so no marker reads the cell, and
+        // none will before our next park publishes the write (see the
+        // `Sync` argument).
         let old = ready
             .waker
             .with_mut(|cell| unsafe { core::mem::replace(&mut *cell, new) });
-        let parked = ready.unlock(LOCKED, true);
-        // Dropping a waker runs foreign code: outside the lock.
+        // Dropping a waker runs foreign code: after the cell is consistent.
         drop(old);
         self.waker = Some(waker.clone());
-        parked
     }
 
     /// Marks route `i` pending (it may have more to deliver).
@@ -572,10 +641,13 @@ impl<const W: usize> Pending<W> {
             return Some(w0 * 32 + first.trailing_zeros() as usize);
         }
         let g0 = w0 / Self::GROUP;
-        let group_end = ((g0 + 1) * Self::GROUP).min(W);
-        for w in w0 + 1..group_end {
-            if self.bits[w] != 0 {
-                return Some(w * 32 + self.bits[w].trailing_zeros() as usize);
+        // The rest of the cursor's group, unless the group is empty.
+        if self.summary & (1 << g0) != 0 {
+            let group_end = ((g0 + 1) * Self::GROUP).min(W);
+            for w in w0 + 1..group_end {
+                if self.bits[w] != 0 {
+                    return Some(w * 32 + self.bits[w].trailing_zeros() as usize);
+                }
             }
         }
         let mut groups = if g0 >= 31 {
