@@ -36,6 +36,14 @@
 //! says even the minimum run would take over [`SKIP_RUN_NS`] is skipped,
 //! with the larger route counts of that column, and the output says so.
 //!
+//! Diagnostic `scan` (all_busy at 256, 1024 and 4096 routes; stdout only,
+//! not a column of BENCHMARKS.md, no JSON cell): one task woken once per
+//! round by the last route's reader, then `try_recv` on every other reader.
+//! It has no readiness at all and only works because it knows every route
+//! was written: the floor of delivering N written records through the same
+//! readers, encode and sink, against which the all_busy columns' own cost
+//! can be read.
+//!
 //! `B1_FILTER=parked/outbound_routes/8` runs only the cells whose
 //! `scenario/column/routes` contains the text and `B1_SCALE=20` makes every
 //! run 20 times longer (for `perf`/callgrind); either one skips the JSON.
@@ -64,6 +72,8 @@ static GLOBAL: GatedCounter = GatedCounter::new();
 
 /// Route counts of the parked scenario (all_busy starts at 8).
 const ROUTES: [usize; 6] = [1, 8, 64, 256, 1024, 4096];
+/// Route counts of the all_busy `scan` diagnostic (those of bound 4).
+const SCAN_ROUTES: [usize; 3] = [256, 1024, 4096];
 /// Aimed-at length of one timed run of one cell.
 const TARGET_RUN_NS: f64 = 60e6;
 /// Bounds on messages per timed run.
@@ -98,6 +108,12 @@ enum Column {
     SelectAll,
     StreamMap,
     Floor,
+    /// Diagnostic, all_busy only, not a column of BENCHMARKS.md (no JSON
+    /// cell, no bound): one task woken once per round by the last route's
+    /// reader, which then takes every other reader's value with
+    /// `try_recv`. No readiness at all: the floor of delivering N written
+    /// records through these readers, encode and sink.
+    Scan,
 }
 
 const COLUMNS: [Column; 5] = [
@@ -116,6 +132,7 @@ impl Column {
             Self::SelectAll => "select_all",
             Self::StreamMap => "stream_map",
             Self::Floor => "floor",
+            Self::Scan => "scan",
         }
     }
 }
@@ -287,6 +304,31 @@ fn build(scenario: Scenario, column: Column, n: usize) -> Bench {
             });
             Input::Records(recs)
         }
+        Column::Scan => {
+            let recs = fixtures::records(n);
+            let topics = fixtures::out_topics(n);
+            let mut readers: Vec<RecReader> = recs
+                .iter()
+                .map(|r| r.subscribe().expect("one reader"))
+                .collect();
+            let s = sink.clone();
+            tokio::task::spawn_local(async move {
+                let mut scratch = [0x5au8; 16];
+                let (last, rest) = readers.split_last_mut().expect("routes");
+                loop {
+                    // The producer writes the routes in order: the last
+                    // write means the round is complete.
+                    let v = last.recv().await;
+                    for (r, &t) in rest.iter_mut().zip(topics) {
+                        if let Ok(v) = r.try_recv() {
+                            encode_push(&s, &mut scratch, t, Ok(v));
+                        }
+                    }
+                    encode_push(&s, &mut scratch, topics[n - 1], v);
+                }
+            });
+            Input::Records(recs)
+        }
         Column::Floor => {
             let h = Rc::new(Handoff {
                 value: Cell::new(None),
@@ -424,6 +466,12 @@ fn cells() -> Vec<(Scenario, Column, usize)> {
                     v.push((scenario, column, n));
                 }
             }
+        }
+    }
+    for n in SCAN_ROUTES {
+        let id = format!("all_busy/scan/{n}");
+        if id.contains(filter.as_str()) {
+            v.push((Scenario::AllBusy, Column::Scan, n));
         }
     }
     v
@@ -685,6 +733,23 @@ fn report(benches: &[Bench], notes: &[String], control: u64, total: Duration) {
     println!(
         "\nfloor has no routes: it is measured once per route-count row so each ratio compares cells run next to each other."
     );
+    for n in SCAN_ROUTES {
+        let (Some(scan), Some(tpr), Some(ours)) = (
+            find(benches, Scenario::AllBusy, Column::Scan, n),
+            median(benches, Scenario::AllBusy, Column::TaskPerRoute, n),
+            median(benches, Scenario::AllBusy, Column::OutboundRoutes, n),
+        ) else {
+            continue;
+        };
+        let m = Spread::of(&scan.samples);
+        println!(
+            "diagnostic: all_busy scan at {n} routes (one wake per round, then try_recv on every reader; the floor of delivering N written records through these readers; not a column of BENCHMARKS.md): {} ns/msg = {:.3} x task_per_route; outbound_routes = {:.3} x scan; {:.3} allocs/msg",
+            m.show(),
+            m.median / tpr,
+            ours / m.median,
+            scan.allocs_per_msg
+        );
+    }
     for n in notes {
         println!("note: {n}");
     }
@@ -706,7 +771,7 @@ fn report(benches: &[Bench], notes: &[String], control: u64, total: Duration) {
 
     let cells: Vec<_> = benches
         .iter()
-        .filter(|b| !b.skipped)
+        .filter(|b| !b.skipped && b.column != Column::Scan)
         .map(|b| {
             cell_json(
                 b.scenario.name(),
