@@ -183,10 +183,24 @@ impl<const W: usize> Readiness<W> {
         }
         // Read by the transport only after it acquires our `done` store.
         self.direct.store(i as u32, Ordering::Relaxed);
-        let e = self.episode.load(Ordering::Relaxed);
-        self.wake_cell();
-        self.done.store(e, Ordering::Release);
+        self.end_episode(true);
         true
+    }
+
+    /// Ends the current episode: with `wake`, wakes the cell's waker first
+    /// (the marker that cleared `PARKED`); then stores the episode in
+    /// `done`, after which the transport may rewrite the cell or park again.
+    /// Every way an episode ends goes through here: the marker that cleared
+    /// `PARKED` (with `wake`), or the transport for an episode no marker
+    /// ended (it cleared `PARKED` itself, or its park failed).
+    fn end_episode(&self, wake: bool) {
+        // `episode` is the transport's: it wrote it before the releasing
+        // park a marker's compare-and-swap acquired, or it is the caller.
+        let e = self.episode.load(Ordering::Relaxed);
+        if wake {
+            self.wake_cell();
+        }
+        self.done.store(e, Ordering::Release);
     }
 
     /// Sets `group` in the summary and wakes the transport if it was
@@ -229,11 +243,7 @@ impl<const W: usize> Readiness<W> {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    // The transport wrote `episode` before its releasing
-                    // park, which our acquire read.
-                    let e = self.episode.load(Ordering::Relaxed);
-                    self.wake_cell();
-                    self.done.store(e, Ordering::Release);
+                    self.end_episode(true);
                     return;
                 }
                 Err(x) => s = x,
@@ -527,8 +537,7 @@ impl<const W: usize> Pending<W> {
                     Ordering::Acquire,
                 ) {
                     Ok(_) => {
-                        let e = ready.episode.load(Ordering::Relaxed);
-                        ready.done.store(e, Ordering::Release);
+                        ready.end_episode(false);
                         self.direct_due = false;
                         s &= !PARKED;
                     }
@@ -569,7 +578,7 @@ impl<const W: usize> Pending<W> {
                 Err(x) => {
                     // Not parked after all, so no marker will end episode
                     // `e`: end it here.
-                    ready.done.store(e, Ordering::Release);
+                    ready.end_episode(false);
                     s = x;
                 }
             }
