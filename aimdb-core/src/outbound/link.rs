@@ -88,12 +88,7 @@ pub trait EncodeKind<T, E> {
 
 impl<T, E: Encode<T>> EncodeKind<T, E> for Borrowed {
     fn encode(enc: &E, value: &T, out: &mut Out<'_>) -> Result<Payload, EncodeError> {
-        let n = enc.encode(value, out.payload)?;
-        // A payload of 4 GiB or more cannot be described by `Produced`.
-        match u32::try_from(n) {
-            Ok(n) if n < u32::MAX => Ok(Payload::Scratch(n)),
-            _ => Err(EncodeError::BufferTooSmall),
-        }
+        enc.encode(value, out.payload).map(Payload::Scratch)
     }
 }
 
@@ -112,85 +107,30 @@ pub struct Out<'s> {
     pub(crate) payload: &'s mut [u8],
     #[cfg(feature = "alloc")]
     pub(crate) owned: &'s mut alloc::vec::Vec<u8>,
-    /// Values lost to `Ring` lag before the value produced by this poll.
-    pub(crate) lagged: u64,
 }
 
 /// Where a produced payload is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Payload {
-    /// The first `n` bytes of the shared scratch (`n < u32::MAX`).
-    Scratch(u32),
+    /// The first `n` bytes of the shared scratch.
+    Scratch(usize),
     /// The owned buffer.
     Owned,
 }
 
 /// What one successful poll of a route produced.
-///
-/// Eight bytes, so it comes back from the type-erased
-/// [`Route::poll_produce`] in a register. A larger value is returned
-/// through memory the callee writes field by field and the caller reads
-/// back whole, and that load cannot be forwarded from the narrower
-/// stores: it stalled on every message, about half of
-/// `Routes::poll_ready`'s own samples under `perf` in the
-/// `b1_outbound_wakeup` all_busy rows. Lag is reported through [`Out`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Produced {
-    /// Topic length in the topic scratch, or [`Self::FIXED`].
-    topic: u16,
-    /// Payload length in the payload scratch, or [`Self::OWNED`].
-    payload: u32,
-    more: bool,
-}
-
-impl Produced {
-    const FIXED: u16 = u16::MAX;
-    const OWNED: u32 = u32::MAX;
-    /// Longest topic a route may write into the topic scratch.
-    pub const MAX_TOPIC: usize = Self::FIXED as usize - 1;
-
-    /// `topic_len`: `Some(n)` (at most [`Self::MAX_TOPIC`]) when the topic
-    /// is the first `n` bytes of the topic scratch, `None` for the route's
-    /// fixed topic. `more`: the source may hold more, poll the route again;
-    /// `false`: the source registered the waker and the route waits for it.
-    /// `None` if a length is out of range.
-    pub fn new(topic_len: Option<usize>, payload: Payload, more: bool) -> Option<Self> {
-        let topic = match topic_len {
-            None => Self::FIXED,
-            Some(n) if n <= Self::MAX_TOPIC => n as u16,
-            Some(_) => return None,
-        };
-        let payload = match payload {
-            Payload::Scratch(n) if n == Self::OWNED => return None,
-            Payload::Scratch(n) => n,
-            Payload::Owned => Self::OWNED,
-        };
-        Some(Self {
-            topic,
-            payload,
-            more,
-        })
-    }
-
     /// `Some(n)`: the topic is the first `n` bytes of the topic scratch;
     /// `None`: the route's fixed topic.
-    pub fn topic_len(&self) -> Option<usize> {
-        (self.topic != Self::FIXED).then_some(self.topic as usize)
-    }
-
+    pub topic_len: Option<usize>,
     /// The payload.
-    pub fn payload(&self) -> Payload {
-        if self.payload == Self::OWNED {
-            Payload::Owned
-        } else {
-            Payload::Scratch(self.payload)
-        }
-    }
-
-    /// The source may hold more: poll the route again.
-    pub fn more(&self) -> bool {
-        self.more
-    }
+    pub payload: Payload,
+    /// Values lost to `Ring` lag just before this one.
+    pub lagged: u64,
+    /// The source may hold more: poll the route again. `false`: the source
+    /// registered the waker and the route waits for it.
+    pub more: bool,
 }
 
 /// A route's value was skipped.
@@ -301,17 +241,18 @@ where
         cx: &mut Context<'_>,
         out: &mut Out<'_>,
     ) -> Poll<Result<Produced, RouteError>> {
+        let mut lagged = 0u64;
         let (value, armed) = loop {
             match self.source.poll_recv_armed(cx) {
                 // A `Ring` reader always has a value right after `Lagged`
                 // (its cursor moved to the oldest value held), so no lag is
                 // dropped here.
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready((Err(RecvError::Lagged(n)), _)) => out.lagged += n,
+                Poll::Ready((Err(RecvError::Lagged(n)), _)) => lagged += n,
                 Poll::Ready((Ok(v), armed)) => break (v, armed),
             }
         };
-        let r = self.produce(&value, out, !armed);
+        let r = self.produce(&value, out, lagged, !armed);
         if r.is_err() {
             self.errors = self.errors.wrapping_add(1);
         }
@@ -337,6 +278,7 @@ where
         &self,
         value: &S::Item,
         out: &mut Out<'_>,
+        lagged: u64,
         more: bool,
     ) -> Result<Produced, RouteError> {
         let topic_len = match self.topic.fixed() {
@@ -354,10 +296,12 @@ where
             }
         };
         let payload = K::encode(&self.encoder, value, out).map_err(RouteError::Encode)?;
-        // Only a topic scratch over 64 KiB can produce a length `Produced`
-        // does not hold (the payload length was checked by the encoder
-        // kind): refuse, never truncate.
-        Produced::new(topic_len, payload, more).ok_or(RouteError::TopicTooLong)
+        Ok(Produced {
+            topic_len,
+            payload,
+            lagged,
+            more,
+        })
     }
 }
 

@@ -147,9 +147,7 @@ pub struct Routes<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> {
     topic: &'a mut [u8],
     #[cfg(feature = "alloc")]
     owned: alloc::vec::Vec<u8>,
-    /// The route and result of the last `Ready` poll, with its lag.
     current: Option<(usize, Produced)>,
-    current_lagged: u64,
     stats: Stats,
 }
 
@@ -174,7 +172,6 @@ impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Routes<'a, H, W,
                 #[cfg(feature = "alloc")]
                 owned: alloc::vec::Vec::new(),
                 current: None,
-                current_lagged: 0,
                 stats: Stats::default(),
             },
             calls: 0,
@@ -282,12 +279,8 @@ impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Routes<'a, H, W,
                 payload: self.payload,
                 #[cfg(feature = "alloc")]
                 owned: &mut self.owned,
-                lagged: 0,
             };
-            let polled = route.poll_produce(&mut rcx, &mut out);
-            let lagged = out.lagged;
-            self.stats.lagged += lagged;
-            match polled {
+            match route.poll_produce(&mut rcx, &mut out) {
                 // The reader registered the route waker.
                 Poll::Pending => continue,
                 Poll::Ready(Ok(p)) => {
@@ -295,12 +288,12 @@ impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Routes<'a, H, W,
                     // after the other ready routes had their turn. Otherwise
                     // it registered the route waker while taking the value,
                     // so no second poll is needed to park it.
-                    if p.more() {
+                    if p.more {
                         self.pending.set(i);
                     }
                     self.stats.sent = self.stats.sent.wrapping_add(1);
+                    self.stats.lagged += p.lagged;
                     self.current = Some((i, p));
-                    self.current_lagged = lagged;
                     return Poll::Ready(());
                 }
                 Poll::Ready(Err(e)) => {
@@ -331,13 +324,13 @@ impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Routes<'a, H, W,
                 lagged: 0,
             };
         };
-        let topic = match p.topic_len() {
+        let topic = match p.topic_len {
             None => self.routes[i].fixed_topic().unwrap_or(""),
             // The route validated these bytes as a topic before returning.
             Some(n) => core::str::from_utf8(&self.topic[..n]).unwrap_or(""),
         };
-        let payload: &[u8] = match p.payload() {
-            Payload::Scratch(n) => &self.payload[..n as usize],
+        let payload: &[u8] = match p.payload {
+            Payload::Scratch(n) => &self.payload[..n],
             #[cfg(feature = "alloc")]
             Payload::Owned => &self.owned,
             #[cfg(not(feature = "alloc"))]
@@ -347,7 +340,7 @@ impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Routes<'a, H, W,
             route: i,
             topic,
             payload,
-            lagged: self.current_lagged,
+            lagged: p.lagged,
         }
     }
 }
