@@ -454,6 +454,18 @@ impl<'a, T> Faulty<'a, T> {
         true
     }
 
+    /// `n` more bytes of a `Drop(rest)` fault dropped (`n <= rest`, the
+    /// callers clamp it): counts them and moves on to what remains.
+    fn dropped(&mut self, rest: u32, n: usize) {
+        self.injected.dropped += n as u64;
+        let rest = rest - n as u32;
+        self.active = if rest == 0 {
+            Active::Idle
+        } else {
+            Active::Drop(rest)
+        };
+    }
+
     async fn stall(&mut self, polls: u32) {
         for _ in 0..polls {
             embassy_futures::yield_now().await;
@@ -494,13 +506,7 @@ impl<T: Write> Write for Faulty<'_, T> {
                 Active::Drop(rest) => {
                     let k = buf.len().min(rest as usize);
                     self.offset += k as u64;
-                    self.injected.dropped += k as u64;
-                    let rest = rest - k as u32;
-                    self.active = if rest == 0 {
-                        Active::Idle
-                    } else {
-                        Active::Drop(rest)
-                    };
+                    self.dropped(rest, k);
                     return Ok(k);
                 }
                 Active::Truncate => {
@@ -578,13 +584,7 @@ impl<T: Read> Read for Faulty<'_, T> {
                     if n == 0 {
                         return Ok(0);
                     }
-                    self.injected.dropped += n as u64;
-                    let rest = rest - n as u32;
-                    self.active = if rest == 0 {
-                        Active::Idle
-                    } else {
-                        Active::Drop(rest)
-                    };
+                    self.dropped(rest, n);
                 }
                 Active::Truncate => {
                     // A byte at a time: the delimiter must not be read
