@@ -39,10 +39,13 @@ clippy:
 	$(CARGO) clippy -p aimdb-core --all-targets --features std,json,log -- -D warnings
 	$(CARGO) clippy -p aimdb-core --lib --features defmt -- -D warnings
 
-## Loom model of the outbound wake-up path (own target dir: other RUSTFLAGS).
+## Loom model of the outbound wake-up path, and clippy on the loom build
+## (own target dir: other RUSTFLAGS).
 loom:
 	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 $(CARGO) test -p aimdb-core \
 	  --features std --test loom_outbound --release --target-dir target/loom
+	RUSTFLAGS="--cfg loom" $(CARGO) clippy -p aimdb-core --features std \
+	  --all-targets --target-dir target/loom -- -D warnings
 
 ## aimdb-core without std/alloc for thumbv6m and thumbv7m.
 nostd:

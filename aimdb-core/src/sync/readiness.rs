@@ -369,7 +369,6 @@ impl<const W: usize> Readiness<W> {
     }
 }
 
-#[cfg(not(loom))]
 impl<const W: usize> Default for Readiness<W> {
     fn default() -> Self {
         Self::new()
