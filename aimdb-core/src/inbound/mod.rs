@@ -183,11 +183,12 @@ struct Node<'a> {
 /// Inbound routing table for up to `N` routes and `NODES` trie nodes.
 pub struct Dispatch<'a, const N: usize, const NODES: usize> {
     routes: heapless::Vec<Route<'a>, N>,
-    /// Exact-topic buckets, [`BUCKETS`] per route slot (8 bytes a slot). With one bucket a slot a full table has about one colliding
-    /// route per two lookups, and passing over it reads a `Route` that is
-    /// rarely in cache: b1_inbound_dispatch exact at 4096 routes measured
-    /// 1.14 × its 8-route cell with one bucket, 1.10 with two, 1.06–1.08
-    /// with four (AMD EPYC, 2 cores), for 6 bytes more per route slot.
+    /// Exact-topic buckets, [`BUCKETS`] per route slot (8 bytes a slot).
+    /// With one bucket a slot a full table has about one colliding route
+    /// per two lookups, and passing over it reads a `Route` that is rarely
+    /// in cache: b1_inbound_dispatch exact at 4096 routes measured 1.14 ×
+    /// its 8-route cell with one bucket, 1.10 with two, 1.06–1.09 with four
+    /// (AMD EPYC, 2 cores), for 6 bytes more per route slot.
     exact: [[u16; BUCKETS]; N],
     nodes: heapless::Vec<Node<'a>, NODES>,
     edges: [u16; NODES],
