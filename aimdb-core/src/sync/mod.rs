@@ -15,8 +15,9 @@
 //! APIs; every block carries a `// SAFETY:` argument. The routing modules
 //! (`record`, `inbound`, `outbound`) forbid `unsafe` code.
 //!
-//! Atomics go through [`atomic`] so that `RUSTFLAGS="--cfg loom"` swaps them
-//! for loom's model-checked versions (the tokio pattern). Outside loom they
+//! Atomics go through the private `atomic` shim so that
+//! `RUSTFLAGS="--cfg loom"` swaps them for loom's model-checked versions
+//! (the tokio pattern). Outside loom they
 //! come from `portable-atomic`, so `thumbv6m-none-eabi` (no compare-and-swap)
 //! builds: the *firmware* enables portable-atomic's `critical-section` or
 //! single-core option, never this library.
