@@ -205,7 +205,7 @@ async fn outbound_rows(out: &mut Vec<Measured>) {
         Postcard,
     ));
     let mut b = Routes::<_, 1, 1>::builder(ready, leak([0x5au8; 64]), leak([0x5au8; 64]));
-    b.link(link as &mut dyn Route);
+    b.link(link);
     let mut routes = b.build().expect("config");
     out.push(
         measure("outbound_next_written_topic", async |i| {
@@ -224,7 +224,7 @@ async fn outbound_rows(out: &mut Vec<Measured>) {
         Postcard,
     ));
     let mut b = Routes::<_, 1, 1>::builder(ready, leak([0x5au8; 64]), leak([0x5au8; 64]));
-    b.link(link as &mut dyn Route);
+    b.link(link);
     let mut routes = b.build().expect("config");
     out.push(
         measure("outbound_next_owned", async |i| {
@@ -296,7 +296,7 @@ async fn connector_rows(out: &mut Vec<Measured>) {
         ));
         let ready: &'static Readiness<1> = leak(Readiness::new());
         let mut b = Routes::<_, 1, 1>::builder(ready, leak([0x5au8; 64]), leak([0x5au8; 64]));
-        b.link(link as &mut dyn Route);
+        b.link(link);
         let mut routes = b.build().expect("config");
         let mut b = Dispatch::<'static, 4, 4>::builder();
         b.link(in_topic, leak(InLink::new(in_rec, Postcard)));

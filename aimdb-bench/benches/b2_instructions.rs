@@ -213,7 +213,7 @@ fn operation(row: &str) -> Option<Box<dyn FnMut(usize)>> {
             ));
             let mut b =
                 Routes::<_, 1, 1>::builder(ready_bits, leak([0x5au8; 64]), leak([0x5au8; 64]));
-            b.link(link as &mut dyn Route);
+            b.link(link);
             let mut routes = b.build().expect("config");
             Box::new(move |i| {
                 recs[0].write(value(i));

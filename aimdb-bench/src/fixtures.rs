@@ -5,7 +5,7 @@
 
 use aimdb_core::codec::{Encode, Postcard};
 use aimdb_core::inbound::{Dispatch, KeyedLink, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Route, Routes};
+use aimdb_core::outbound::{Link as OutLink, Routes};
 use aimdb_core::record::{Keyed, Latest, Reader, Record};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
@@ -79,7 +79,7 @@ fn id(i: usize) -> String {
 /// `n` exact routes `dev/{id}/value` (14 bytes each, see [`id`]).
 pub fn inbound_exact(n: usize) -> Inbound {
     let records = records(n);
-    let mut b = Dispatch::builder();
+    let mut b = InTable::builder();
     let mut topics = Vec::new();
     for (i, r) in records.iter().enumerate() {
         let t = leak_str(format!("dev/{}/value", id(i)));
@@ -97,7 +97,7 @@ pub fn inbound_exact(n: usize) -> Inbound {
 /// (each topic matches exactly one route).
 pub fn inbound_pattern(n: usize) -> Inbound {
     let records = records(n);
-    let mut b = Dispatch::builder();
+    let mut b = InTable::builder();
     let mut topics = Vec::new();
     for (i, r) in records.iter().enumerate() {
         b.link(
@@ -120,7 +120,7 @@ pub type KeyTable<const K: usize> = Keyed<Cs, Latest<u32>, K, 1>;
 /// with room for `keys` keys; topic `i` uses key `dev1`, claimed by a first
 /// dispatch so it is known.
 pub fn inbound_keyed_known(n: usize) -> Inbound {
-    let mut b = Dispatch::builder();
+    let mut b = InTable::builder();
     let mut topics = Vec::new();
     for i in 0..n {
         let table: &'static KeyTable<4> = leak(Keyed::new("fleet"));
@@ -161,14 +161,14 @@ pub fn outbound_static(n: usize) -> Outbound {
     let ready: &'static Readiness<WORDS> = leak(Readiness::new());
     let payload: &'static mut [u8] = leak([0x5au8; 64]);
     let topic: &'static mut [u8] = leak([0x5au8; 64]);
-    let mut b = Routes::builder(ready, payload, topic);
+    let mut b = OutTable::builder(ready, payload, topic);
     for (i, r) in records.iter().enumerate() {
         let link: &'static mut StaticLink = leak(OutLink::new(
             r.subscribe().expect("one reader"),
             leak_str(format!("out/{i}")),
             Postcard,
         ));
-        b.link(link as &mut dyn Route);
+        b.link(link);
     }
     let mut routes = Box::new(b.build().unwrap_or_else(|e| panic!("fixture config: {e}")));
     drain(&mut routes);

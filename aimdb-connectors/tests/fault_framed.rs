@@ -72,7 +72,7 @@ fn leak_mut<T>(v: T) -> &'static mut T {
 /// Route `t` from `out` to `inn`: the sender's routes, the receiver's
 /// dispatch, and the empty other halves (the sender's dispatch, the
 /// receiver's routes).
-fn wiring<B: Buffer<Item = u32>>(
+fn wiring<B: Buffer<Item = u32> + Send>(
     out: &'static Record<Cs, B, 1>,
     inn: &'static Record<Cs, B, 1>,
 ) -> (

@@ -6,13 +6,18 @@
 //! took one of these away (a `Cell`, an `Rc`, a raw pointer) fails this
 //! file's build, not a user's.
 //!
-//! The other direction matters for one type: a record over `NoopRawMutex`
-//! has no lock at all, so it must never be `Sync`.
+//! The routing tables are `Send` in their default flavour (links erased as
+//! `dyn Route + Send` / `dyn Target + Sync`), so a connector that owns or
+//! borrows them can be `tokio::spawn`ed.
+//!
+//! The other direction matters too: a record over `NoopRawMutex` has no
+//! lock at all, so it must never be `Sync`, its readers never `Send`, and
+//! the `Local` tables that hold links over it never `Send`.
 #![cfg(not(loom))]
 
 use aimdb_core::codec::{DecodeError, EncodeError, Postcard};
-use aimdb_core::inbound::{self, DispatchError};
-use aimdb_core::outbound::{self, RouteError};
+use aimdb_core::inbound::{self, Dispatch, DispatchError, LocalDispatch};
+use aimdb_core::outbound::{self, LocalRoutes, RouteError, Routes};
 use aimdb_core::record::{
     KeyError, Keyed, Latest, Mailbox, Producer, Reader, Record, RecvError, Ring, SubscribeError,
     TryRecvError,
@@ -27,6 +32,18 @@ fn error<T: std::error::Error + Send + Sync + Copy + 'static>() {}
 
 /// Fails to compile if `$t: Sync` (two impls would then apply and the call
 /// is ambiguous).
+/// Fails to compile if `$t: Send`.
+macro_rules! assert_not_send {
+    ($t:ty) => {{
+        trait AmbiguousIfSend<A> {
+            fn check() {}
+        }
+        impl<T: ?Sized> AmbiguousIfSend<()> for T {}
+        impl<T: ?Sized + Send> AmbiguousIfSend<u8> for T {}
+        <$t as AmbiguousIfSend<_>>::check();
+    }};
+}
+
 macro_rules! assert_not_sync {
     ($t:ty) => {{
         trait AmbiguousIfSync<A> {
@@ -56,6 +73,42 @@ fn a_record_without_a_lock_is_not_sync() {
     send::<Record<NoopRawMutex, Latest<u32>, 1>>();
     assert_not_sync!(Record<NoopRawMutex, Latest<u32>, 1>);
     assert_not_sync!(Record<NoopRawMutex, Ring<u32, 8>, 1>);
+    assert_not_send!(Reader<'static, NoopRawMutex, Latest<u32>, 1>);
+    assert_not_send!(
+        outbound::Link<Reader<'static, NoopRawMutex, Latest<u32>, 1>, &'static str, Postcard>
+    );
+    assert_not_sync!(inbound::Link<'static, Record<NoopRawMutex, Latest<u32>, 1>, Postcard, u32>);
+}
+
+#[cfg(feature = "std")]
+#[test]
+fn records_over_the_host_lock_are_send_and_sync() {
+    use aimdb_core::sync::HostRawMutex;
+    send_sync::<HostRawMutex>();
+    send_sync::<Record<HostRawMutex, Latest<u32>, 2>>();
+    send_sync::<Record<HostRawMutex, Ring<u32, 8>, 4>>();
+    send_sync::<Keyed<HostRawMutex, Latest<u32>, 4, 1>>();
+    send::<Reader<'static, HostRawMutex, Latest<u32>, 2>>();
+}
+
+type Ready = &'static Readiness<1>;
+
+#[test]
+fn default_tables_are_send() {
+    send::<Routes<'static, Ready, 1, 4>>();
+    send::<outbound::Builder<'static, Ready, 1, 4>>();
+    send::<Dispatch<'static, 4, 4>>();
+    send_sync::<Dispatch<'static, 4, 4>>();
+    send::<inbound::Builder<'static, 4, 4>>();
+    #[cfg(feature = "alloc")]
+    send::<Routes<'static, std::sync::Arc<Readiness<1>>, 1, 4>>();
+}
+
+#[test]
+fn local_tables_are_not_send() {
+    assert_not_send!(LocalRoutes<'static, Ready, 1, 4>);
+    assert_not_send!(LocalDispatch<'static, 4, 4>);
+    assert_not_sync!(LocalDispatch<'static, 4, 4>);
 }
 
 #[test]

@@ -84,7 +84,7 @@ pub fn routes_over<'a, H: ReadinessHandle<W>, const W: usize, const N: usize>(
     ready: H,
     payload: &'a mut [u8],
     topic: &'a mut [u8],
-    links: &'a mut [impl Route],
+    links: &'a mut [impl Route + Send],
 ) -> Routes<'a, H, W, N> {
     let mut b = Routes::<_, W, N>::builder(ready, payload, topic);
     for l in links {
@@ -96,7 +96,7 @@ pub fn routes_over<'a, H: ReadinessHandle<W>, const W: usize, const N: usize>(
 /// Inbound dispatch of `topics[i]` to `links[i]`.
 pub fn dispatch_over<'a, const N: usize, const NODES: usize>(
     topics: &'a [String],
-    links: &'a [impl Target],
+    links: &'a [impl Target + Sync],
 ) -> Dispatch<'a, N, NODES> {
     let mut b = Dispatch::<N, NODES>::builder();
     for (t, l) in topics.iter().zip(links) {

@@ -27,9 +27,9 @@
 //! use aimdb_core::codec::Postcard;
 //! use aimdb_core::inbound::{Dispatch, Link};
 //! use aimdb_core::record::{Latest, Record};
-//! use embassy_sync::blocking_mutex::raw::NoopRawMutex;
+//! use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
 //!
-//! let led: Record<NoopRawMutex, Latest<bool>, 1> = Record::new("led");
+//! let led: Record<CriticalSectionRawMutex, Latest<bool>, 1> = Record::new("led");
 //! let link = Link::new(&led, Postcard);
 //! let mut b = Dispatch::<4, 8>::builder();
 //! b.link("cmd/led", &link);
@@ -157,9 +157,9 @@ const NIL: u16 = u16::MAX;
 const BUCKETS: usize = 4;
 const NO_KEY: u8 = u8::MAX;
 
-struct Route<'a> {
+struct Route<'a, D: ?Sized> {
     filter: &'a str,
-    target: &'a dyn Target,
+    target: &'a D,
     hash: u32,
     /// Next route in the same exact bucket or on the same trie node.
     next: u16,
@@ -181,8 +181,17 @@ struct Node<'a> {
 }
 
 /// Inbound routing table for up to `N` routes and `NODES` trie nodes.
-pub struct Dispatch<'a, const N: usize, const NODES: usize> {
-    routes: heapless::Vec<Route<'a>, N>,
+///
+/// `D` is the type-erased link the table holds (see
+/// [Threading](crate#threading-model)): `dyn Target + Sync` by default, so the
+/// table, and a connector future that borrows it, is `Send` when its
+/// records are `Sync`; [`LocalDispatch`] (`dyn Target`) for links into
+/// `NoopRawMutex` records.
+pub struct Dispatch<'a, const N: usize, const NODES: usize, D = dyn Target + Sync + 'a>
+where
+    D: Target + ?Sized + 'a,
+{
+    routes: heapless::Vec<Route<'a, D>, N>,
     /// Exact-topic buckets, [`BUCKETS`] per route slot (8 bytes a slot).
     /// With one bucket a slot a full table has about one colliding route
     /// per two lookups, and passing over it reads a `Route` that is rarely
@@ -195,9 +204,17 @@ pub struct Dispatch<'a, const N: usize, const NODES: usize> {
     stats: Stats,
 }
 
+/// [`Dispatch`] over links that need not be `Sync` (records over
+/// `NoopRawMutex`): for firmware on one executor, or a tokio `LocalSet`.
+pub type LocalDispatch<'a, const N: usize, const NODES: usize> =
+    Dispatch<'a, N, NODES, dyn Target + 'a>;
+
 /// Declares the links of a [`Dispatch`]; see [`Dispatch::builder`].
-pub struct Builder<'a, const N: usize, const NODES: usize> {
-    table: Dispatch<'a, N, NODES>,
+pub struct Builder<'a, const N: usize, const NODES: usize, D = dyn Target + Sync + 'a>
+where
+    D: Target + ?Sized + 'a,
+{
+    table: Dispatch<'a, N, NODES, D>,
     calls: usize,
     errors: ConfigErrors<'a>,
 }
@@ -211,11 +228,11 @@ fn edge_hash(parent: u16, level_hash: u32) -> u32 {
     level_hash ^ (parent as u32).wrapping_mul(0x9E37_79B9)
 }
 
-fn same_target(a: &dyn Target, b: &dyn Target) -> bool {
-    core::ptr::addr_eq(a as *const dyn Target, b as *const dyn Target)
+fn same_target<D: ?Sized>(a: &D, b: &D) -> bool {
+    core::ptr::addr_eq(a as *const D, b as *const D)
 }
 
-impl<'a, const N: usize, const NODES: usize> Dispatch<'a, N, NODES> {
+impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'a, N, NODES, D> {
     const CHECK: () = assert!(
         N >= 1 && N < NIL as usize && NODES >= 1 && NODES < NIL as usize,
         "Dispatch<N, NODES>: both must be in 1..65535"
@@ -223,7 +240,7 @@ impl<'a, const N: usize, const NODES: usize> Dispatch<'a, N, NODES> {
 
     /// Starts declaring links.
     #[allow(clippy::let_unit_value)]
-    pub fn builder() -> Builder<'a, N, NODES> {
+    pub fn builder() -> Builder<'a, N, NODES, D> {
         let () = Self::CHECK;
         let mut nodes = heapless::Vec::new();
         // The root: the level before the first one.
@@ -398,7 +415,9 @@ pub trait FrameSink {
     fn stats(&self) -> &Stats;
 }
 
-impl<const N: usize, const NODES: usize> FrameSink for Dispatch<'_, N, NODES> {
+impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> FrameSink
+    for Dispatch<'a, N, NODES, D>
+{
     fn dispatch(&mut self, topic: &[u8], payload: &[u8]) -> Result<usize, DispatchError> {
         Dispatch::dispatch(self, topic, payload)
     }
@@ -412,7 +431,11 @@ impl<const N: usize, const NODES: usize> FrameSink for Dispatch<'_, N, NODES> {
     }
 }
 
-fn deliver(t: &dyn Target, key: Option<&str>, payload: &[u8]) -> Result<(), DispatchError> {
+fn deliver<D: Target + ?Sized>(
+    t: &D,
+    key: Option<&str>,
+    payload: &[u8],
+) -> Result<(), DispatchError> {
     if payload.len() > t.max_payload() {
         return Err(DispatchError::PayloadTooLarge);
     }
@@ -445,21 +468,16 @@ impl Outcome {
     }
 }
 
-impl<'a, const N: usize, const NODES: usize> Builder<'a, N, NODES> {
+impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Builder<'a, N, NODES, D> {
     /// Links `filter` to `target`. A filter without wildcards is an exact
     /// route; one with `+` or `#` is a pattern route.
-    pub fn link(&mut self, filter: &'a str, target: &'a dyn Target) -> &mut Self {
+    pub fn link(&mut self, filter: &'a str, target: &'a D) -> &mut Self {
         self.add(filter, target, None)
     }
 
     /// Links a keyed filter: level `key_level` (counting from 0) must be
     /// `+`; its text in each topic is the key passed to `target`.
-    pub fn link_keyed(
-        &mut self,
-        filter: &'a str,
-        key_level: usize,
-        target: &'a dyn Target,
-    ) -> &mut Self {
+    pub fn link_keyed(&mut self, filter: &'a str, key_level: usize, target: &'a D) -> &mut Self {
         self.add(filter, target, Some(key_level))
     }
 
@@ -467,7 +485,7 @@ impl<'a, const N: usize, const NODES: usize> Builder<'a, N, NODES> {
     // Built once at start-up and `no_std` has no `Box`: the large error
     // (every issue, by value) is the point.
     #[allow(clippy::result_large_err)]
-    pub fn build(self) -> Result<Dispatch<'a, N, NODES>, ConfigErrors<'a>> {
+    pub fn build(self) -> Result<Dispatch<'a, N, NODES, D>, ConfigErrors<'a>> {
         if self.errors.total == 0 {
             Ok(self.table)
         } else {
@@ -475,7 +493,7 @@ impl<'a, const N: usize, const NODES: usize> Builder<'a, N, NODES> {
         }
     }
 
-    fn add(&mut self, filter: &'a str, target: &'a dyn Target, key: Option<usize>) -> &mut Self {
+    fn add(&mut self, filter: &'a str, target: &'a D, key: Option<usize>) -> &mut Self {
         let index = self.calls;
         self.calls += 1;
         if let Err(error) = self.try_add(filter, target, key) {
@@ -492,7 +510,7 @@ impl<'a, const N: usize, const NODES: usize> Builder<'a, N, NODES> {
     fn try_add(
         &mut self,
         filter: &'a str,
-        target: &'a dyn Target,
+        target: &'a D,
         key: Option<usize>,
     ) -> Result<(), ConfigError> {
         let f = Filter::new(filter).map_err(ConfigError::InvalidFilter)?;
@@ -576,7 +594,7 @@ enum List {
     Node(u16),
 }
 
-impl<'a, const N: usize, const NODES: usize> Dispatch<'a, N, NODES> {
+impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'a, N, NODES, D> {
     fn head(&self, l: List) -> u16 {
         match l {
             List::Exact(b) => self.exact[b / BUCKETS][b % BUCKETS],
@@ -630,7 +648,9 @@ impl<'a, const N: usize, const NODES: usize> Dispatch<'a, N, NODES> {
     }
 }
 
-impl<const N: usize, const NODES: usize> fmt::Debug for Dispatch<'_, N, NODES> {
+impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> fmt::Debug
+    for Dispatch<'a, N, NODES, D>
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Dispatch")
             .field("routes", &self.routes.len())
@@ -640,7 +660,9 @@ impl<const N: usize, const NODES: usize> fmt::Debug for Dispatch<'_, N, NODES> {
     }
 }
 
-impl<const N: usize, const NODES: usize> fmt::Debug for Builder<'_, N, NODES> {
+impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> fmt::Debug
+    for Builder<'a, N, NODES, D>
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
             .field("table", &self.table)

@@ -21,7 +21,7 @@ fn exact_routes_deliver_and_unknown_is_counted() {
     let a: Rec<u32> = Record::new("a");
     let b: Rec<u32> = Record::new("b");
     let (la, lb) = (Link::new(&a, Postcard), Link::new(&b, Postcard));
-    let mut bld = Dispatch::<8, 4>::builder();
+    let mut bld = LocalDispatch::<8, 4>::builder();
     bld.link("dev/a", &la).link("dev/b", &lb);
     let mut d = bld.build().unwrap();
     let (mut ra, mut rb) = (a.subscribe().unwrap(), b.subscribe().unwrap());
@@ -42,7 +42,7 @@ fn many_exact_routes_each_reach_their_record() {
     let recs: Vec<Rec<u32>> = (0..300).map(|_| Record::new("r")).collect();
     let names: Vec<String> = (0..300).map(|i| std::format!("dev/{i}/value")).collect();
     let links: Vec<_> = recs.iter().map(|r| Link::new(r, Postcard)).collect();
-    let mut bld = Dispatch::<300, 1>::builder();
+    let mut bld = LocalDispatch::<300, 1>::builder();
     for (n, l) in names.iter().zip(&links) {
         bld.link(n, l);
     }
@@ -67,7 +67,7 @@ fn overlapping_patterns_all_receive_like_a_broker() {
         "+/+/hum",
     ];
     let links: Vec<_> = recs.iter().map(|r| Link::new(r, Postcard)).collect();
-    let mut bld = Dispatch::<8, 16>::builder();
+    let mut bld = LocalDispatch::<8, 16>::builder();
     for (f, l) in filters.iter().zip(&links) {
         bld.link(f, l);
     }
@@ -93,7 +93,7 @@ fn partial_delivery_counts_the_writes_made() {
     let wide: Record<NoopRawMutex, Latest<u32>, 1> = Record::new("wide");
     let flag: Rec<bool> = Record::new("flag");
     let (lw, lf) = (Link::new(&wide, Postcard), Link::new(&flag, Postcard));
-    let mut bld = Dispatch::<4, 8>::builder();
+    let mut bld = LocalDispatch::<4, 8>::builder();
     bld.link("sensors/#", &lw).link("+/status", &lf);
     let mut d = bld.build().unwrap();
     let (mut rw, mut rf) = (wide.subscribe().unwrap(), flag.subscribe().unwrap());
@@ -124,7 +124,7 @@ fn system_topics_skip_leading_wildcards() {
         Link::new(&plus, Postcard),
         Link::new(&sys, Postcard),
     );
-    let mut bld = Dispatch::<4, 16>::builder();
+    let mut bld = LocalDispatch::<4, 16>::builder();
     bld.link("#", &l1)
         .link("+/monitor/Clients", &l2)
         .link("$SYS/#", &l3);
@@ -145,7 +145,7 @@ fn system_topics_skip_leading_wildcards() {
 fn keyed_routes_claim_slots_until_full() {
     let table: Keyed<NoopRawMutex, Latest<u32>, 2, 1> = Keyed::new("temp");
     let link = KeyedLink::new(&table, Postcard);
-    let mut bld = Dispatch::<2, 8>::builder();
+    let mut bld = LocalDispatch::<2, 8>::builder();
     bld.link_keyed("sensors/+/temp", 1, &link);
     let mut d = bld.build().unwrap();
     assert_eq!(d.dispatch(b"sensors/a/temp", &enc(1)), Ok(1));
@@ -185,7 +185,7 @@ fn keyed_routes_claim_slots_until_full() {
 fn malformed_payload_does_not_claim_a_key() {
     let table: Keyed<NoopRawMutex, Latest<u32>, 4, 1> = Keyed::new("t");
     let link = KeyedLink::new(&table, Postcard);
-    let mut bld = Dispatch::<2, 8>::builder();
+    let mut bld = LocalDispatch::<2, 8>::builder();
     bld.link_keyed("s/+", 1, &link);
     let mut d = bld.build().unwrap();
     assert!(matches!(
@@ -203,7 +203,7 @@ fn every_bad_input_kind_is_typed_counted_and_harmless() {
     let link = Link::new(&rec, Postcard).with_max_payload(4);
     let table: Keyed<NoopRawMutex, Latest<u32>, 1, 1> = Keyed::new("k");
     let klink = KeyedLink::new(&table, Postcard);
-    let mut bld = Dispatch::<4, 8>::builder();
+    let mut bld = LocalDispatch::<4, 8>::builder();
     bld.link("good", &link).link_keyed("k/+", 1, &klink);
     let mut d = bld.build().unwrap();
     assert_eq!(d.dispatch(b"k/first", &enc(1)), Ok(1));
@@ -261,7 +261,7 @@ fn every_bad_input_kind_is_typed_counted_and_harmless() {
 fn configuration_errors_are_all_reported() {
     let a: Rec<u32> = Record::new("a");
     let la = Link::new(&a, Postcard);
-    let mut bld = Dispatch::<2, 4>::builder();
+    let mut bld = LocalDispatch::<2, 4>::builder();
     bld.link("ok/1", &la)
         .link("ok/1", &la)
         .link("bad/#/x", &la)
@@ -289,7 +289,7 @@ fn filters_are_listed_once_each() {
     let a: Rec<u32> = Record::new("a");
     let b: Rec<u32> = Record::new("b");
     let (la, lb) = (Link::new(&a, Postcard), Link::new(&b, Postcard));
-    let mut bld = Dispatch::<8, 8>::builder();
+    let mut bld = LocalDispatch::<8, 8>::builder();
     bld.link("x/+", &la)
         .link("x/+", &lb)
         .link("y", &la)
@@ -303,7 +303,7 @@ fn filters_are_listed_once_each() {
 fn too_many_nodes_is_a_config_error() {
     let a: Rec<u32> = Record::new("a");
     let la = Link::new(&a, Postcard);
-    let mut bld = Dispatch::<4, 3>::builder();
+    let mut bld = LocalDispatch::<4, 3>::builder();
     bld.link("a/b/+", &la);
     assert_eq!(
         bld.build().unwrap_err().issues[0].error,
@@ -387,7 +387,7 @@ proptest! {
         let probes: Vec<Probe> = (0..uniq.len())
             .map(|id| Probe { id, hits: Default::default() })
             .collect();
-        let mut bld = Dispatch::<16, 64>::builder();
+        let mut bld = LocalDispatch::<16, 64>::builder();
         for (f, p) in uniq.iter().zip(&probes) {
             bld.link(f, p);
         }
@@ -420,7 +420,7 @@ fn growable_keyed_table_claims_on_first_sighting() {
     use crate::record::KeyedVec;
     let table: KeyedVec<NoopRawMutex, Latest<u32>, 1> = KeyedVec::with_capacity("t", 4);
     let link = KeyedLink::new(&table, Postcard);
-    let mut bld = Dispatch::<2, 8>::builder();
+    let mut bld = LocalDispatch::<2, 8>::builder();
     bld.link_keyed("dev/+/v", 1, &link);
     let mut d = bld.build().unwrap();
     for (i, k) in ["a", "b", "a", "c", "b"].iter().enumerate() {

@@ -141,10 +141,23 @@ impl core::error::Error for ConfigErrors {}
 
 /// Outbound routes for up to `N` routes over a `Readiness<W>` reached
 /// through handle `H` (`&'static Readiness<W>` or `Arc<Readiness<W>>`).
-pub struct Routes<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> {
+///
+/// `D` is the type-erased route the table holds (see [Threading](crate#threading-model)):
+/// `dyn Route + Send` by default, so the table, and a connector future
+/// that owns or borrows it, is `Send` when its records are `Sync`;
+/// [`LocalRoutes`] (`dyn Route`) for routes over `NoopRawMutex` records.
+pub struct Routes<
+    'a,
+    H: ReadinessHandle<W>,
+    const W: usize,
+    const N: usize,
+    D = dyn Route + Send + 'a,
+> where
+    D: Route + ?Sized + 'a,
+{
     ready: H,
     pending: Pending<W>,
-    routes: heapless::Vec<&'a mut dyn Route, N>,
+    routes: heapless::Vec<&'a mut D, N>,
     payload: &'a mut [u8],
     topic: &'a mut [u8],
     #[cfg(feature = "alloc")]
@@ -153,17 +166,37 @@ pub struct Routes<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> {
     stats: Stats,
 }
 
+/// [`Routes`] over routes that need not be `Send` (records over
+/// `NoopRawMutex`): for firmware on one executor, or a tokio `LocalSet`.
+pub type LocalRoutes<'a, H, const W: usize, const N: usize> = Routes<'a, H, W, N, dyn Route + 'a>;
+
 /// Declares the links of a [`Routes`]; see [`Routes::builder`].
-pub struct Builder<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> {
-    routes: Routes<'a, H, W, N>,
+pub struct Builder<
+    'a,
+    H: ReadinessHandle<W>,
+    const W: usize,
+    const N: usize,
+    D = dyn Route + Send + 'a,
+> where
+    D: Route + ?Sized + 'a,
+{
+    routes: Routes<'a, H, W, N, D>,
     calls: usize,
     errors: ConfigErrors,
 }
 
-impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Routes<'a, H, W, N> {
+impl<'a, H, const W: usize, const N: usize, D> Routes<'a, H, W, N, D>
+where
+    H: ReadinessHandle<W>,
+    D: Route + ?Sized + 'a,
+{
     /// Starts declaring routes. `payload` is the encode scratch and `topic`
     /// the topic scratch, both shared by every route of this connector.
-    pub fn builder(ready: H, payload: &'a mut [u8], topic: &'a mut [u8]) -> Builder<'a, H, W, N> {
+    pub fn builder(
+        ready: H,
+        payload: &'a mut [u8],
+        topic: &'a mut [u8],
+    ) -> Builder<'a, H, W, N, D> {
         Builder {
             routes: Routes {
                 ready,
@@ -244,7 +277,7 @@ impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Routes<'a, H, W,
     }
 
     /// Route `i` (for its name and error count).
-    pub fn route(&self, i: usize) -> Option<&dyn Route> {
+    pub fn route(&self, i: usize) -> Option<&D> {
         self.routes.get(i).map(|r| &**r)
     }
 
@@ -347,9 +380,13 @@ impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Routes<'a, H, W,
     }
 }
 
-impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Builder<'a, H, W, N> {
+impl<'a, H, const W: usize, const N: usize, D> Builder<'a, H, W, N, D>
+where
+    H: ReadinessHandle<W>,
+    D: Route + ?Sized + 'a,
+{
     /// Adds a route; its index is the number of routes added before it.
-    pub fn link(&mut self, route: &'a mut dyn Route) -> &mut Self {
+    pub fn link(&mut self, route: &'a mut D) -> &mut Self {
         let index = self.calls;
         self.calls += 1;
         let err = if let Some(Err(e)) = route.fixed_topic().map(Topic::new) {
@@ -376,7 +413,7 @@ impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize> Builder<'a, H, W
     // Built once at start-up and `no_std` has no `Box`: the large error
     // (every issue, by value) is the point.
     #[allow(clippy::result_large_err)]
-    pub fn build(self) -> Result<Routes<'a, H, W, N>, ConfigErrors> {
+    pub fn build(self) -> Result<Routes<'a, H, W, N, D>, ConfigErrors> {
         if self.errors.total > 0 {
             return Err(self.errors);
         }
@@ -401,7 +438,11 @@ pub trait MessageSource {
     fn stats(&self) -> &Stats;
 }
 
-impl<H: ReadinessHandle<W>, const W: usize, const N: usize> MessageSource for Routes<'_, H, W, N> {
+impl<'a, H, const W: usize, const N: usize, D> MessageSource for Routes<'a, H, W, N, D>
+where
+    H: ReadinessHandle<W>,
+    D: Route + ?Sized + 'a,
+{
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         Routes::poll_ready(self, cx)
     }
@@ -426,7 +467,11 @@ pub async fn next<S: MessageSource + ?Sized>(source: &mut S) -> Message<'_> {
     source.message()
 }
 
-impl<H: ReadinessHandle<W>, const W: usize, const N: usize> fmt::Debug for Routes<'_, H, W, N> {
+impl<'a, H, const W: usize, const N: usize, D> fmt::Debug for Routes<'a, H, W, N, D>
+where
+    H: ReadinessHandle<W>,
+    D: Route + ?Sized + 'a,
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Routes")
             .field("routes", &self.routes.len())
@@ -435,7 +480,11 @@ impl<H: ReadinessHandle<W>, const W: usize, const N: usize> fmt::Debug for Route
     }
 }
 
-impl<H: ReadinessHandle<W>, const W: usize, const N: usize> fmt::Debug for Builder<'_, H, W, N> {
+impl<'a, H, const W: usize, const N: usize, D> fmt::Debug for Builder<'a, H, W, N, D>
+where
+    H: ReadinessHandle<W>,
+    D: Route + ?Sized + 'a,
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
             .field("routes", &self.routes.routes.len())

@@ -20,7 +20,7 @@ pub trait Buffer: sealed::Sealed {
     /// The value type.
     type Item;
     /// Per-reader position.
-    type Cursor: Copy;
+    type Cursor: Copy + Send + Sync;
     /// The empty buffer (used by `const fn` constructors).
     const EMPTY: Self;
     /// Stores a value; never blocks, never fails.

@@ -1,6 +1,7 @@
 //! The one low-level module: the readiness bitmap (with the transport's
-//! waker cell folded into its summary word) and the atomic shim it is built
-//! on.
+//! waker cell folded into its summary word), the atomic shim it is built
+//! on, and [`HostRawMutex`] (feature `std`), the per-record lock for
+//! threaded hosts.
 //!
 //! There is no separate waker-slot type any more: a record keeps its
 //! readers' wakers under its own lock (one critical section per read, see
@@ -24,9 +25,13 @@
 
 mod ascii;
 pub(crate) mod atomic;
+#[cfg(feature = "std")]
+mod host_mutex;
 mod readiness;
 
 pub(crate) use ascii::ascii_str;
+#[cfg(feature = "std")]
+pub use host_mutex::HostRawMutex;
 pub use readiness::{Pending, Readiness, ReadinessHandle};
 
 /// Declares a constructor that is `const fn` normally and a plain `fn` under

@@ -63,7 +63,7 @@ pub async fn device(link: DeviceLink) {
     let dev_in = [
         (
             topics::READINGS,
-            &InLink::new(&READINGS, Postcard) as &dyn aimdb_core::inbound::Target,
+            &InLink::new(&READINGS, Postcard) as &(dyn aimdb_core::inbound::Target + Sync),
         ),
         (topics::STATUS, &InLink::new(&STATUS, Postcard)),
     ];

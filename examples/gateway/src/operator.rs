@@ -56,7 +56,7 @@ pub async fn run(
     min_readings: u32,
 ) -> Report {
     let (readings_topic, status_topic) = (format!("{prefix}/readings"), format!("{prefix}/status"));
-    let links: [(&str, &dyn Target); 2] = [
+    let links: [(&str, &(dyn Target + Sync)); 2] = [
         (
             &readings_topic,
             &InLink::new(&READINGS, Json).with_max_payload(256),
