@@ -34,7 +34,7 @@ use std::fmt;
 use std::io;
 use std::sync::Arc;
 
-use ::tokio::net::{TcpStream, ToSocketAddrs};
+use ::tokio::net::TcpStream;
 use embedded_io_adapters::tokio_1::FromTokio;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -46,19 +46,19 @@ use super::{Connect, TcpConnect};
 
 /// Opens TCP to the broker at `addr`, then TLS with a fixed server name.
 #[derive(Clone)]
-pub struct TlsConnect<A> {
-    tcp: TcpConnect<A>,
+pub struct TlsConnect {
+    tcp: TcpConnect,
     tls: TlsConnector,
     server_name: ServerName<'static>,
 }
 
-impl<A: ToSocketAddrs + Clone> TlsConnect<A> {
+impl TlsConnect {
     /// TLS with your own client configuration (trust store, client
     /// certificate, protocol versions, …). `server_name` is the DNS name or
     /// IP address the broker's certificate must be valid for; it is also
     /// sent as SNI when it is a name.
     pub fn new(
-        addr: A,
+        addr: impl fmt::Display,
         server_name: &str,
         config: Arc<ClientConfig>,
     ) -> Result<Self, TlsSetupError> {
@@ -76,7 +76,11 @@ impl<A: ToSocketAddrs + Clone> TlsConnect<A> {
     /// `CERTIFICATE` block; other blocks are skipped), with rustls's safe
     /// default protocol versions (TLS 1.3 and 1.2) and no client
     /// certificate. See [`tls_client_config`] for the configuration it builds.
-    pub fn with_ca_pem(addr: A, server_name: &str, ca_pem: &[u8]) -> Result<Self, TlsSetupError> {
+    pub fn with_ca_pem(
+        addr: impl fmt::Display,
+        server_name: &str,
+        ca_pem: &[u8],
+    ) -> Result<Self, TlsSetupError> {
         Self::new(addr, server_name, Arc::new(tls_client_config(ca_pem)?))
     }
 
@@ -86,7 +90,7 @@ impl<A: ToSocketAddrs + Clone> TlsConnect<A> {
     }
 
     /// The broker address.
-    pub fn addr(&self) -> &A {
+    pub fn addr(&self) -> &str {
         self.tcp.addr()
     }
 }
@@ -119,7 +123,7 @@ pub fn tls_client_config(ca_pem: &[u8]) -> Result<ClientConfig, TlsSetupError> {
 }
 
 // By hand: `TlsConnector` has no `Debug`.
-impl<A: fmt::Debug> fmt::Debug for TlsConnect<A> {
+impl fmt::Debug for TlsConnect {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsConnect")
             .field("tcp", &self.tcp)
@@ -128,7 +132,7 @@ impl<A: fmt::Debug> fmt::Debug for TlsConnect<A> {
     }
 }
 
-impl<A: ToSocketAddrs + Clone> Connect for TlsConnect<A> {
+impl Connect for TlsConnect {
     type Connection<'c>
         = FromTokio<TlsStream<TcpStream>>
     where

@@ -427,7 +427,7 @@ pub fn addr(port: u16) -> SocketAddr {
 }
 
 /// Plain TCP to 127.0.0.1:`port`.
-pub fn tcp(port: u16) -> TcpConnect<SocketAddr> {
+pub fn tcp(port: u16) -> TcpConnect {
     TcpConnect::new(addr(port))
 }
 
@@ -445,13 +445,13 @@ pub fn connector<'a, C: Connect>(
 /// Plain TCP behind a switch the test flips: while `open()` is false, every
 /// attempt fails as if the broker were unreachable.
 pub struct Gated<G: Fn() -> bool> {
-    pub inner: TcpConnect<SocketAddr>,
+    pub inner: TcpConnect,
     pub open: G,
 }
 
 impl<G: Fn() -> bool> Connect for Gated<G> {
     type Connection<'c>
-        = <TcpConnect<SocketAddr> as Connect>::Connection<'c>
+        = <TcpConnect as Connect>::Connection<'c>
     where
         Self: 'c;
     type Error = std::io::Error;

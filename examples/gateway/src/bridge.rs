@@ -19,10 +19,10 @@ use aimdb_connectors::tokio_io;
 use aimdb_core::codec::{Json, Postcard};
 use aimdb_core::inbound::{Dispatch, Link as InLink};
 use aimdb_core::outbound::{Link as OutLink, Routes};
-use aimdb_core::record::{Latest, Mailbox, Record, Ring};
+use aimdb_core::record::{Latest, Mailbox, Reader, Record, Ring};
+use aimdb_core::sync::HostRawMutex as Cs;
 use aimdb_core::sync::Readiness;
 use device_protocol::{topics, Command, Reading, Status};
-use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use tokio::net::{TcpListener, TcpStream};
 
 /// Readings held for the MQTT side while the broker is away.
@@ -58,8 +58,44 @@ impl DeviceLink {
     }
 }
 
+/// The record readers the two connectors drain, subscribed before either
+/// task starts: a `Ring` reader sees only what is written after it
+/// subscribed, and the tasks run on different workers in no fixed order.
+pub struct Readers {
+    command: Reader<'static, Cs, Mailbox<Command>, 1>,
+    readings: Reader<'static, Cs, Ring<Reading, READINGS_DEPTH>, 1>,
+    status: Reader<'static, Cs, Latest<Status>, 1>,
+}
+
+impl Readers {
+    /// Subscribes every outbound route's reader (once per process).
+    pub fn subscribe() -> Self {
+        Self {
+            command: COMMAND.subscribe().expect("command reader"),
+            readings: READINGS.subscribe().expect("readings reader"),
+            status: STATUS.subscribe().expect("status reader"),
+        }
+    }
+
+    /// The device side's reader, and the rest for the MQTT side.
+    pub fn split(self) -> (DeviceReaders, MqttReaders) {
+        (
+            DeviceReaders(self.command),
+            MqttReaders(self.readings, self.status),
+        )
+    }
+}
+
+/// What [`device`] drains.
+pub struct DeviceReaders(Reader<'static, Cs, Mailbox<Command>, 1>);
+/// What [`mqtt`] drains.
+pub struct MqttReaders(
+    Reader<'static, Cs, Ring<Reading, READINGS_DEPTH>, 1>,
+    Reader<'static, Cs, Latest<Status>, 1>,
+);
+
 /// The device side: framed-stream connector over TCP; reconnects for ever.
-pub async fn device(link: DeviceLink) {
+pub async fn device(link: DeviceLink, readers: DeviceReaders) {
     let dev_in = [
         (
             topics::READINGS,
@@ -72,11 +108,7 @@ pub async fn device(link: DeviceLink) {
         b.link(t, l);
     }
     let mut dispatch = b.build().expect("device inbound table");
-    let mut cmd = OutLink::new(
-        COMMAND.subscribe().expect("command reader"),
-        topics::CMD,
-        Postcard,
-    );
+    let mut cmd = OutLink::new(readers.0, topics::CMD, Postcard);
     let (mut payload, mut topic) = ([0u8; 64], [0u8; 0]);
     let mut b = Routes::<_, 1, 1>::builder(&DEVICE_READY, &mut payload, &mut topic);
     b.link(&mut cmd);
@@ -106,7 +138,7 @@ pub struct Broker {
     pub credentials: Option<(String, String)>,
     pub prefix: String,
     /// TLS to the broker (`--tls-ca`), else plain TCP.
-    pub tls: Option<TlsConnect<SocketAddr>>,
+    pub tls: Option<TlsConnect>,
 }
 
 fn leak(s: String) -> &'static str {
@@ -114,7 +146,7 @@ fn leak(s: String) -> &'static str {
 }
 
 /// The MQTT side: readings and status out, commands in.
-pub async fn mqtt(broker: Broker) -> mqtt::Stopped {
+pub async fn mqtt(broker: Broker, readers: MqttReaders) -> mqtt::Stopped {
     let cmd_topic = leak(format!("{}/cmd", broker.prefix));
     let cmd_in = InLink::new(&COMMAND, Json).with_max_payload(256);
     let mut b = Dispatch::<4, 4>::builder();
@@ -123,8 +155,9 @@ pub async fn mqtt(broker: Broker) -> mqtt::Stopped {
 
     let readings_topic = leak(format!("{}/readings", broker.prefix));
     let status_topic = leak(format!("{}/status", broker.prefix));
-    let mut readings = OutLink::new(READINGS.subscribe().expect("reader"), readings_topic, Json);
-    let mut status = OutLink::new(STATUS.subscribe().expect("reader"), status_topic, Json);
+    let MqttReaders(readings, status) = readers;
+    let mut readings = OutLink::new(readings, readings_topic, Json);
+    let mut status = OutLink::new(status, status_topic, Json);
     let (mut payload, mut topic) = ([0u8; 256], [0u8; 0]);
     let mut b = Routes::<_, 1, 2>::builder(&MQTT_READY, &mut payload, &mut topic);
     b.link(&mut readings).link(&mut status);

@@ -6,8 +6,8 @@
 //!
 //! The device side is the same framed-stream connector the firmware runs
 //! (`aimdb_connectors::framed`), here over a tokio `TcpStream`; the MQTT
-//! side is `aimdb_connectors::mqtt`. Each runs as one local task: one task
-//! per connector, not per route.
+//! side is `aimdb_connectors::mqtt`. Each runs as one task spawned on
+//! tokio's multi-thread runtime: one task per connector, not per route.
 //!
 //! Usage:
 //!
@@ -154,7 +154,7 @@ fn tls_connect(
     args: &Args,
     ca: &std::path::Path,
     addr: SocketAddr,
-) -> Result<aimdb_connectors::mqtt::TlsConnect<SocketAddr>, String> {
+) -> Result<aimdb_connectors::mqtt::TlsConnect, String> {
     let pem = std::fs::read(ca).map_err(|e| format!("--tls-ca {}: {e}", ca.display()))?;
     let name = match &args.tls_server_name {
         Some(n) => n.clone(),
@@ -182,13 +182,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
+    // tokio's default multi-thread runtime: each connector is one spawned
+    // task (its tables and links are built inside it, over `static`
+    // records with a per-record host lock), and the records are written
+    // from whichever worker runs the other side.
+    let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
-    // Routes and dispatch tables borrow their links: connectors run as
-    // local tasks of one thread.
-    rt.block_on(tokio::task::LocalSet::new().run_until(run(args)))
+    rt.block_on(run(args))
 }
 
 async fn run(args: Args) -> ExitCode {
@@ -269,18 +271,19 @@ async fn run(args: Args) -> ExitCode {
         DeviceLink::Connect(args.serial.clone().unwrap_or_default())
     };
 
-    tokio::task::spawn_local(bridge::device(link));
+    let (device_readers, mqtt_readers) = bridge::Readers::subscribe().split();
+    tokio::spawn(bridge::device(link, device_readers));
     let mqtt_broker = bridge::Broker {
         addr,
         credentials: credentials.clone(),
         prefix: args.prefix.clone(),
         tls,
     };
-    tokio::task::spawn_local(async move {
-        let why = bridge::mqtt(mqtt_broker).await;
+    tokio::spawn(async move {
+        let why = bridge::mqtt(mqtt_broker, mqtt_readers).await;
         eprintln!("gateway: MQTT connector stopped: {why}");
     });
-    tokio::task::spawn_local(async {
+    tokio::spawn(async {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.tick().await;
         loop {

@@ -15,9 +15,9 @@ use aimdb_core::codec::Json;
 use aimdb_core::inbound::{Dispatch, Link as InLink, Target};
 use aimdb_core::outbound::{Link as OutLink, Routes};
 use aimdb_core::record::{Latest, Mailbox, Record, RecvError, Ring};
+use aimdb_core::sync::HostRawMutex as Cs;
 use aimdb_core::sync::Readiness;
 use device_protocol::{Command, Reading, Status};
-use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 
 static READINGS: Record<Cs, Ring<Reading, 1024>, 1> = Record::new("op/readings");
 static STATUS: Record<Cs, Latest<Status>, 1> = Record::new("op/status");

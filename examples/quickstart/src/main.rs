@@ -8,7 +8,8 @@
 //! ```
 //!
 //! The device publishes ten readings, the host sends one command, the device
-//! applies it and answers with its status. Run with `make demo`.
+//! applies it and answers with its status. Run with
+//! `cargo run -p quickstart` (`make quickstart`; CI runs it).
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -16,9 +17,10 @@ use std::time::Duration;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound::{Dispatch, KeyedLink, Link as InLink};
 use aimdb_core::outbound::{Link as OutLink, Routes, TopicWriter, Written};
-use aimdb_core::record::{KeyedVec, Latest, Mailbox, Record, Ring};
+use aimdb_core::record::{KeyedVec, Latest, Mailbox, Reader, Record, Ring};
 use aimdb_core::sync::Readiness;
-use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+// The per-record host lock: records written from any tokio worker.
+use aimdb_core::sync::HostRawMutex as Cs;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -57,14 +59,23 @@ fn reading_topic(r: &Reading, w: &mut TopicWriter<'_>) -> std::fmt::Result {
     write!(w, "sensors/dev{}/temp", r.device)
 }
 
-/// The device's connector task: one future driving both directions.
-async fn device(tx: mpsc::Sender<Frame>, mut rx: mpsc::Receiver<Frame>) {
+type Temps = Reader<'static, Cs, Ring<Reading, 16>, 1>;
+type StatusReader = Reader<'static, Cs, Latest<Status>, 1>;
+
+/// The device's connector task: one future driving both directions. Its
+/// readers are subscribed by the caller before the application starts
+/// writing (a `Ring` reader sees the values written after it subscribed).
+async fn device(
+    tx: mpsc::Sender<Frame>,
+    mut rx: mpsc::Receiver<Frame>,
+    (temps, status): (Temps, StatusReader),
+) {
     let mut temps = OutLink::new(
-        TEMPS.subscribe().expect("reader"),
+        temps,
         Written(reading_topic as fn(&Reading, &mut TopicWriter<'_>) -> std::fmt::Result),
         Postcard,
     );
-    let mut status = OutLink::new(STATUS.subscribe().expect("reader"), "status/dev7", Postcard);
+    let mut status = OutLink::new(status, "status/dev7", Postcard);
     let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
     let mut b = Routes::<_, 1, 4>::builder(&DEVICE_READY, &mut payload, &mut topic);
     b.link(&mut temps).link(&mut status);
@@ -113,20 +124,16 @@ async fn device_app() {
     }
 }
 
-#[tokio::main(flavor = "current_thread")]
+// tokio's default multi-thread runtime: each connector is a spawned task,
+// its tables built inside it over `static` (or leaked) records.
+#[tokio::main]
 async fn main() {
-    // Routes and dispatch tables borrow their links, which may hold
-    // single-threaded records: connectors run as local tasks.
-    tokio::task::LocalSet::new().run_until(run()).await;
-}
-
-async fn run() {
     let (dev_tx, host_rx) = mpsc::channel::<Frame>(32);
     let (host_tx, dev_rx) = mpsc::channel::<Frame>(32);
 
     let readings: &'static KeyedVec<Cs, Ring<Reading, 16>, 1> =
         Box::leak(Box::new(KeyedVec::with_capacity("readings", 8)));
-    let host_task = tokio::task::spawn_local(async move {
+    let host_task = tokio::spawn(async move {
         let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
         let mut cmd_out = OutLink::new(COMMAND.subscribe().expect("reader"), "cmd/dev7", Postcard);
         let mut b = Routes::<_, 1, 2>::builder(&HOST_READY, &mut payload, &mut topic);
@@ -168,8 +175,12 @@ async fn run() {
         }
     });
 
-    let dev = tokio::task::spawn_local(device(dev_tx, dev_rx));
-    let app = tokio::task::spawn_local(device_app());
+    let readers = (
+        TEMPS.subscribe().expect("reader"),
+        STATUS.subscribe().expect("reader"),
+    );
+    let dev = tokio::spawn(device(dev_tx, dev_rx, readers));
+    let app = tokio::spawn(device_app());
     let (received, rejected, status) = tokio::time::timeout(Duration::from_secs(10), host_task)
         .await
         .expect("demo finished in time")

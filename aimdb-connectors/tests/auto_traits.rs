@@ -1,0 +1,94 @@
+//! Pins whether the connector futures are `Send`, at compile time: with
+//! thread-safe records (`HostRawMutex`, `CriticalSectionRawMutex`) and the
+//! default tables, `Framed::run` and `Mqtt::run` can be `tokio::spawn`ed on
+//! the multi-thread runtime; with `NoopRawMutex` records (local tables)
+//! they cannot. The futures are built and dropped, never polled.
+
+use aimdb_connectors::framed::{Framed, Stats};
+use aimdb_connectors::loopback::Pair;
+use aimdb_core::codec::Postcard;
+use aimdb_core::inbound::{Dispatch, Link as InLink, LocalDispatch};
+use aimdb_core::outbound::{Link as OutLink, LocalRoutes, Routes};
+use aimdb_core::record::{Latest, Record};
+use aimdb_core::sync::{HostRawMutex, Readiness};
+use embassy_sync::blocking_mutex::raw::{CriticalSectionRawMutex as Cs, NoopRawMutex};
+
+fn is_send<T: Send>(_: &T) {}
+
+/// Fails to compile if the value's type is `Send`.
+macro_rules! assert_not_send {
+    ($v:expr) => {{
+        trait AmbiguousIfSend<A> {
+            fn check(&self) {}
+        }
+        impl<T: ?Sized> AmbiguousIfSend<()> for T {}
+        impl<T: ?Sized + Send> AmbiguousIfSend<u8> for T {}
+        AmbiguousIfSend::check(&$v);
+    }};
+}
+
+fn leak<T>(v: T) -> &'static mut T {
+    Box::leak(Box::new(v))
+}
+
+type Ready = &'static Readiness<1>;
+
+/// Default tables over records with mutex `M`, all `'static`.
+macro_rules! tables {
+    ($m:ty) => {{
+        let out: &'static Record<$m, Latest<u32>, 1> = leak(Record::new("out"));
+        let inn: &'static Record<$m, Latest<u32>, 1> = leak(Record::new("in"));
+        let link = leak(OutLink::new(out.subscribe().unwrap(), "t/out", Postcard));
+        let mut b =
+            Routes::<Ready, 1, 1>::builder(leak(Readiness::new()), leak([0; 16]), leak([0; 16]));
+        b.link(link);
+        let routes = b.build().unwrap();
+        let mut b = Dispatch::<1, 1>::builder();
+        b.link("t/in", leak(InLink::new(inn, Postcard)));
+        (b.build().unwrap(), routes)
+    }};
+}
+
+#[test]
+fn framed_run_is_send_with_thread_safe_records() {
+    let pair: &'static Pair<Cs, 64> = leak(Pair::new());
+    let stats: &'static Stats = leak(Stats::new());
+    let (mut d, mut r) = tables!(HostRawMutex);
+    let mut framed = Framed::<64, 64>::new(stats);
+    let (rx, tx) = pair.a();
+    let fut = framed.run(rx, tx, &mut d, &mut r);
+    is_send(&fut);
+    drop(fut);
+    let (mut d, mut r) = tables!(Cs);
+    let (rx, tx) = pair.b();
+    is_send(&framed.run(rx, tx, &mut d, &mut r));
+}
+
+#[test]
+fn framed_run_over_local_tables_is_not_send() {
+    let pair: &'static Pair<Cs, 64> = leak(Pair::new());
+    let stats: &'static Stats = leak(Stats::new());
+    let out: &'static Record<NoopRawMutex, Latest<u32>, 1> = leak(Record::new("out"));
+    let link = leak(OutLink::new(out.subscribe().unwrap(), "t/out", Postcard));
+    let mut b =
+        LocalRoutes::<Ready, 1, 1>::builder(leak(Readiness::new()), leak([0; 16]), leak([0; 16]));
+    b.link(link);
+    let mut routes = b.build().unwrap();
+    let mut dispatch = LocalDispatch::<1, 1>::builder().build().unwrap();
+    let mut framed = Framed::<64, 64>::new(stats);
+    let (rx, tx) = pair.a();
+    assert_not_send!(framed.run(rx, tx, &mut dispatch, &mut routes));
+}
+
+#[cfg(all(feature = "mqtt", feature = "tokio"))]
+#[test]
+fn mqtt_run_over_tcp_is_send_with_thread_safe_records() {
+    use aimdb_connectors::mqtt::{Config, Counters, Mqtt, TcpConnect, TokioDelay};
+    let counters: &'static Counters = leak(Counters::new());
+    let (mut d, mut r) = tables!(HostRawMutex);
+    let (rx, tx) = (leak([0u8; 256]), leak([0u8; 256]));
+    let connect = TcpConnect::new("127.0.0.1:1");
+    let mut mqtt = Mqtt::new(Config::new("pin"), rx, tx, connect, TokioDelay, counters).unwrap();
+    let fut = mqtt.run(&mut d, &mut r);
+    is_send(&fut);
+}
