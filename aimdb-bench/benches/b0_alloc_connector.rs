@@ -16,12 +16,12 @@ use std::hint::black_box;
 use std::process::ExitCode;
 use std::rc::Rc;
 
-use aimdb_bench::fixtures::{self, leak, payload, Cs, Rec};
+use aimdb_bench::fixtures::{self, leak, payload, Mx, Rec};
 use aimdb_connectors::framed::{Framed, Stats};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound::{Dispatch, KeyedLink, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Route, Routes, TopicWriter, Written};
+use aimdb_core::outbound::{Link as OutLink, Routes, TopicWriter, Written};
 use aimdb_core::record::{Keyed, KeyedVec, Latest, Record};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::NoopRawMutex;
@@ -126,7 +126,7 @@ async fn inbound_rows(out: &mut Vec<Measured>) {
     let topics: Vec<Vec<u8>> = (0..WARMUP + BATCH)
         .map(|i| format!("fleet/k{i}/v").into_bytes())
         .collect();
-    let growable: &'static KeyedVec<Cs, Latest<u32>, 1> =
+    let growable: &'static KeyedVec<Mx, Latest<u32>, 1> =
         leak(KeyedVec::with_capacity("fleet", WARMUP + BATCH));
     let mut b = Dispatch::<'static, 2, 8>::builder();
     b.link_keyed("fleet/+/v", 1, leak(KeyedLink::new(growable, Postcard)));
@@ -139,7 +139,7 @@ async fn inbound_rows(out: &mut Vec<Measured>) {
     );
     assert_eq!(growable.len(), WARMUP + BATCH);
 
-    let fixed: &'static Keyed<Cs, Latest<u32>, { WARMUP + BATCH }, 1> = leak(Keyed::new("fleet"));
+    let fixed: &'static Keyed<Mx, Latest<u32>, { WARMUP + BATCH }, 1> = leak(Keyed::new("fleet"));
     let mut b = Dispatch::<'static, 2, 8>::builder();
     b.link_keyed("fleet/+/v", 1, leak(KeyedLink::new(fixed, Postcard)));
     let mut d = b.build().expect("config");
@@ -153,7 +153,7 @@ async fn inbound_rows(out: &mut Vec<Measured>) {
 
     // Every rejection kind in turn.
     let rec: &'static Rec = leak(Record::new("r"));
-    let full: &'static Keyed<Cs, Latest<u32>, 1, 1> = leak(Keyed::new("k"));
+    let full: &'static Keyed<Mx, Latest<u32>, 1, 1> = leak(Keyed::new("k"));
     let mut b = Dispatch::<'static, 4, 8>::builder();
     b.link("good", leak(InLink::new(rec, Postcard).with_max_payload(4)))
         .link_keyed("k/+", 1, leak(KeyedLink::new(full, Postcard)));

@@ -1,14 +1,23 @@
 //! B1: outbound wake-up latency across route counts (informational).
 //!
-//! Two scenarios on a current-thread tokio runtime (one `LocalSet`, since
-//! `Routes` is `!Send`; the producer is itself a task of that `LocalSet`,
-//! so every wake-up in every column is a same-thread task wake):
+//! Two same-thread scenarios on a current-thread tokio runtime (one
+//! `LocalSet`; the producer is itself a task of that `LocalSet`, so every
+//! wake-up in every column is a same-thread task wake), then the
+//! cross-thread scenarios and the `host_lock` rows of the [`xthread`]
+//! module (a 2-worker multi-thread runtime; see its doc):
 //!
 //! - **parked**: one busy route (the last) among N, the others idle. The
 //!   producer writes one value and waits until the sink has it, so every
 //!   pull parks and is woken: no batching at all.
 //! - **all_busy**: every route is written each round; the producer waits
 //!   until all N messages reached the sink.
+//! - **xthread_parked**, **xthread_all_busy**: the same shapes with the
+//!   producer on another thread (a plain OS thread, or a task on the other
+//!   worker) and the consumers `tokio::spawn`ed; every JSON cell names its
+//!   `producer`.
+//! - **host_lock**: writer threads on their own records, one connector
+//!   draining them: the per-record `HostRawMutex` against the global
+//!   critical section.
 //!
 //! Columns (see BENCHMARKS.md): `task_per_route` (one task per route over
 //! `Reader::recv`), `outbound_routes` (one task over `Routes::next`),
@@ -18,7 +27,7 @@
 //! a `Cell`).
 //!
 //! Fairness: every column reads the same record type
-//! (`Record<Cs, Latest<u32>, 1>`) through the same `Reader`, encodes the same
+//! (`Record<Mx, Latest<u32>, 1>`) through the same `Reader`, encodes the same
 //! value with `Postcard` (columns other than `outbound_routes` into their
 //! own 16-byte scratch, pre-filled with non-zero bytes; `outbound_routes`
 //! into the connector scratch of the shared fixture), and delivers it to the
@@ -36,16 +45,16 @@
 //! says even the minimum run would take over [`SKIP_RUN_NS`] is skipped,
 //! with the larger route counts of that column, and the output says so.
 //!
-//! Diagnostic `scan` (all_busy at 256, 1024 and 4096 routes; stdout only,
-//! not a column of BENCHMARKS.md, no JSON cell): one task woken once per
-//! round by the last route's reader, then `try_recv` on every other reader.
-//! It has no readiness at all and only works because it knows every route
-//! was written: the floor of delivering N written records through the same
-//! readers, encode and sink, against which the all_busy columns' own cost
-//! can be read.
+//! Column `scan` (all_busy only): one task woken once per round by the last
+//! route's reader, then `try_recv` on every other reader. It has no
+//! readiness at all and only works because it knows every route was
+//! written: the floor of delivering N written records through the same
+//! readers, encode and sink. The all_busy bound is read against it.
 //!
 //! `B1_FILTER=parked/outbound_routes/8` runs only the cells whose
-//! `scenario/column/routes` contains the text and `B1_SCALE=20` makes every
+//! `scenario/column/routes` (cross-thread: `scenario/producer/column/routes`,
+//! `host_lock` runs unless filtered out by a filter that is not a prefix of
+//! `host_lock`) contains the text and `B1_SCALE=20` makes every
 //! run 20 times longer (for `perf`/callgrind); either one skips the JSON.
 //!
 //! Prints the tables, the host and whether each bound held; writes
@@ -58,7 +67,10 @@ use std::rc::Rc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use aimdb_bench::fixtures::{self, Cs, Rec};
+#[path = "b1_outbound_wakeup/xthread.rs"]
+mod xthread;
+
+use aimdb_bench::fixtures::{self, Mx, Rec};
 use aimdb_bench::timing::{allocs, bound_json, cell_json, short, GatedCounter, Spread, RUNS};
 use aimdb_core::codec::{Encode, Postcard};
 use aimdb_core::record::{Latest, Reader, RecvError};
@@ -72,8 +84,6 @@ static GLOBAL: GatedCounter = GatedCounter::new();
 
 /// Route counts of the parked scenario (all_busy starts at 8).
 const ROUTES: [usize; 6] = [1, 8, 64, 256, 1024, 4096];
-/// Route counts of the all_busy `scan` diagnostic (those of bound 4).
-const SCAN_ROUTES: [usize; 3] = [256, 1024, 4096];
 /// Aimed-at length of one timed run of one cell.
 const TARGET_RUN_NS: f64 = 60e6;
 /// Bounds on messages per timed run.
@@ -84,7 +94,7 @@ const SKIP_RUN_NS: f64 = 1.5e9;
 /// Messages in the allocation-counting pass (at most).
 const ALLOC_MSGS: usize = 5_000;
 
-type RecReader = Reader<'static, Cs, Latest<u32>, 1>;
+type RecReader = Reader<'static, Mx, Latest<u32>, 1>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scenario {
@@ -108,20 +118,20 @@ enum Column {
     SelectAll,
     StreamMap,
     Floor,
-    /// Diagnostic, all_busy only, not a column of BENCHMARKS.md (no JSON
-    /// cell, no bound): one task woken once per round by the last route's
+    /// All_busy only: one task woken once per round by the last route's
     /// reader, which then takes every other reader's value with
     /// `try_recv`. No readiness at all: the floor of delivering N written
     /// records through these readers, encode and sink.
     Scan,
 }
 
-const COLUMNS: [Column; 5] = [
+const COLUMNS: [Column; 6] = [
     Column::TaskPerRoute,
     Column::OutboundRoutes,
     Column::SelectAll,
     Column::StreamMap,
     Column::Floor,
+    Column::Scan,
 ];
 
 impl Column {
@@ -458,7 +468,7 @@ fn cells() -> Vec<(Scenario, Column, usize)> {
         for column in COLUMNS {
             for n in ROUTES {
                 let skip = match scenario {
-                    Scenario::Parked => false,
+                    Scenario::Parked => column == Column::Scan,
                     Scenario::AllBusy => column == Column::Floor || n < 8,
                 };
                 let id = format!("{}/{}/{n}", scenario.name(), column.name());
@@ -466,12 +476,6 @@ fn cells() -> Vec<(Scenario, Column, usize)> {
                     v.push((scenario, column, n));
                 }
             }
-        }
-    }
-    for n in SCAN_ROUTES {
-        let id = format!("all_busy/scan/{n}");
-        if id.contains(filter.as_str()) {
-            v.push((Scenario::AllBusy, Column::Scan, n));
         }
     }
     v
@@ -485,11 +489,20 @@ fn main() {
     let local = tokio::task::LocalSet::new();
     // The producer is a task of the same LocalSet as the consumers, so a
     // wake-up is a same-thread task wake in every column.
-    let (benches, notes, control) = rt
+    let (benches, mut notes, control) = rt
         .block_on(local.run_until(local.spawn_local(measure())))
         .expect("measuring task");
+    drop(local);
+    drop(rt);
+    let filter = std::env::var("B1_FILTER").unwrap_or_default();
+    let cross = xthread::measure(&filter, scale(), &GLOBAL, &mut notes);
+    let locks = if "host_lock".contains(filter.as_str()) || filter.starts_with("host_lock") {
+        xthread::measure_locks()
+    } else {
+        Vec::new()
+    };
     let total = start.elapsed();
-    report(&benches, &notes, control, total);
+    report(&benches, &cross, &locks, &notes, control, total);
 }
 
 async fn measure() -> (Vec<Bench>, Vec<String>, u64) {
@@ -643,7 +656,8 @@ fn bounds(benches: &[Bench]) -> Vec<Bound> {
         held: r3 <= 1.5,
     });
 
-    let (r4, n4, d4) = worst_ratio(
+    let (r4, n4, d4) = worst_ratio(benches, AllBusy, OutboundRoutes, Scan, &[256, 1024, 4096]);
+    let (t4, _, dt4) = worst_ratio(
         benches,
         AllBusy,
         OutboundRoutes,
@@ -651,13 +665,13 @@ fn bounds(benches: &[Bench]) -> Vec<Bound> {
         &[256, 1024, 4096],
     );
     v.push(Bound {
-        name: "all_busy_outbound_routes_vs_task_per_route_256_up",
+        name: "all_busy_outbound_routes_vs_scan_256_up",
         text: format!(
-            "all_busy: outbound_routes / task_per_route at >= 256 routes, worst {r4:.3} at {n4} (per count:{d4})"
+            "all_busy: outbound_routes / scan at >= 256 routes, worst {r4:.3} at {n4} (per count:{d4}; / task_per_route, worst {t4:.3}:{dt4})"
         ),
         ratio: r4,
-        limit: 0.5,
-        held: r4 <= 0.5,
+        limit: 1.4,
+        held: r4 <= 1.4,
     });
 
     let r5 = benches
@@ -724,7 +738,14 @@ fn grid(
     }
 }
 
-fn report(benches: &[Bench], notes: &[String], control: u64, total: Duration) {
+fn report(
+    benches: &[Bench],
+    cross: &[xthread::Cell],
+    locks: &[xthread::LockCell],
+    notes: &[String],
+    control: u64,
+    total: Duration,
+) {
     let host = aimdb_bench::host();
     println!("b1_outbound_wakeup: current-thread tokio runtime, LocalSet");
     println!("host: {host}");
@@ -733,23 +754,8 @@ fn report(benches: &[Bench], notes: &[String], control: u64, total: Duration) {
     println!(
         "\nfloor has no routes: it is measured once per route-count row so each ratio compares cells run next to each other."
     );
-    for n in SCAN_ROUTES {
-        let (Some(scan), Some(tpr), Some(ours)) = (
-            find(benches, Scenario::AllBusy, Column::Scan, n),
-            median(benches, Scenario::AllBusy, Column::TaskPerRoute, n),
-            median(benches, Scenario::AllBusy, Column::OutboundRoutes, n),
-        ) else {
-            continue;
-        };
-        let m = Spread::of(&scan.samples);
-        println!(
-            "diagnostic: all_busy scan at {n} routes (one wake per round, then try_recv on every reader; the floor of delivering N written records through these readers; not a column of BENCHMARKS.md): {} ns/msg = {:.3} x task_per_route; outbound_routes = {:.3} x scan; {:.3} allocs/msg",
-            m.show(),
-            m.median / tpr,
-            ours / m.median,
-            scan.allocs_per_msg
-        );
-    }
+    print!("{}", xthread_tables(cross));
+    print!("{}", lock_table(locks));
     for n in notes {
         println!("note: {n}");
     }
@@ -757,7 +763,8 @@ fn report(benches: &[Bench], notes: &[String], control: u64, total: Duration) {
         println!("WARNING: allocation counter positive control read {control}, not 1: allocs/msg are not trustworthy");
     }
 
-    let bounds = bounds(benches);
+    let mut bounds = bounds(benches);
+    bounds.extend(xbounds(cross, locks));
     println!("\nbounds (ratios of medians from this run; informational, never a failure):");
     for (i, b) in bounds.iter().enumerate() {
         println!(
@@ -769,9 +776,9 @@ fn report(benches: &[Bench], notes: &[String], control: u64, total: Duration) {
         );
     }
 
-    let cells: Vec<_> = benches
+    let mut cells: Vec<_> = benches
         .iter()
-        .filter(|b| !b.skipped && b.column != Column::Scan)
+        .filter(|b| !b.skipped)
         .map(|b| {
             cell_json(
                 b.scenario.name(),
@@ -782,6 +789,31 @@ fn report(benches: &[Bench], notes: &[String], control: u64, total: Duration) {
             )
         })
         .collect();
+    for c in cross.iter().filter(|c| !c.skipped) {
+        let mut j = cell_json(
+            c.scenario.name(),
+            c.column.name(),
+            c.routes,
+            Spread::of(&c.samples),
+            c.allocs_per_msg,
+        );
+        j["producer"] = json!(c.producer.name());
+        cells.push(j);
+    }
+    for c in locks {
+        // `routes` is the number of writer threads (one record each); the
+        // cell is ns per write of one thread; allocations are not counted.
+        let mut j = cell_json(
+            "host_lock",
+            c.column,
+            c.threads,
+            Spread::of(&c.samples),
+            f64::NAN,
+        );
+        j["allocs_per_msg"] = serde_json::Value::Null;
+        j["writer_threads"] = json!(c.threads);
+        cells.push(j);
+    }
     let bounds_json: Vec<_> = bounds
         .iter()
         .map(|b| bound_json(b.name, b.ratio, b.limit, b.held))
@@ -804,6 +836,9 @@ fn report(benches: &[Bench], notes: &[String], control: u64, total: Duration) {
                 b.sink.delivered.get()
             );
         }
+        for c in cross {
+            println!("{}: {} samples", c.id(), c.samples.len());
+        }
         println!("total runtime {:.1} s", total.as_secs_f64());
         return;
     }
@@ -812,4 +847,223 @@ fn report(benches: &[Bench], notes: &[String], control: u64, total: Duration) {
         Err(e) => eprintln!("writing JSON: {e}"),
     }
     println!("total runtime {:.1} s", total.as_secs_f64());
+}
+
+/// The cross-thread tables: one per scenario and producer.
+fn xthread_tables(cross: &[xthread::Cell]) -> String {
+    use xthread::{Column as X, Producer, Scenario as S};
+    let mut t = String::new();
+    for s in [S::Parked, S::AllBusy] {
+        for p in [Producer::Thread, Producer::Worker] {
+            let cols: Vec<X> = xthread::COLUMNS
+                .into_iter()
+                .filter(|&c| match c {
+                    X::Floor => s == S::Parked,
+                    X::Scan => s == S::AllBusy,
+                    _ => true,
+                })
+                .collect();
+            if !cross.iter().any(|c| c.scenario == s && c.producer == p) {
+                continue;
+            }
+            let _ = writeln!(
+                t,
+                "\n{} (producer: {}) — ns/message, median [min-max] of {RUNS} interleaved runs; allocations/message",
+                s.name(),
+                p.name()
+            );
+            let _ = write!(t, "{:>6}", "routes");
+            for c in &cols {
+                let _ = write!(t, "  {:>30}", c.name());
+            }
+            let _ = writeln!(t);
+            for n in ROUTES.into_iter().filter(|&n| s == S::Parked || n >= 8) {
+                let _ = write!(t, "{n:>6}");
+                for &c in &cols {
+                    let cell = match xthread::find(cross, s, p, c, n) {
+                        Some(x) => {
+                            format!("{}; {:.3}", Spread::of(&x.samples).show(), x.allocs_per_msg)
+                        }
+                        None => "-".into(),
+                    };
+                    let _ = write!(t, "  {cell:>30}");
+                }
+                let _ = writeln!(t);
+            }
+        }
+    }
+    t
+}
+
+fn lock_table(locks: &[xthread::LockCell]) -> String {
+    let mut t = String::new();
+    if locks.is_empty() {
+        return t;
+    }
+    let _ = writeln!(
+        t,
+        "\nhost_lock — ns per write of each writer thread (each on its own record, one connector draining all), median [min-max]"
+    );
+    for c in locks {
+        let m = Spread::of(&c.samples);
+        let _ = writeln!(
+            t,
+            "  {:>16}, {} writer thread(s): {} ns/write, {:.1} M writes/s in all",
+            c.column,
+            c.threads,
+            m.show(),
+            c.threads as f64 * 1e3 / m.median
+        );
+    }
+    t
+}
+
+/// Worst (largest) ratio of two cross-thread columns over `counts`, both
+/// producers.
+fn xworst(
+    cross: &[xthread::Cell],
+    s: xthread::Scenario,
+    a: xthread::Column,
+    b: xthread::Column,
+    counts: &[usize],
+) -> (f64, String) {
+    let mut worst = f64::NAN;
+    let mut detail = String::new();
+    for p in [xthread::Producer::Thread, xthread::Producer::Worker] {
+        let _ = write!(detail, " {}:", p.name());
+        for &n in counts {
+            let (Some(x), Some(y)) = (
+                xthread::median(cross, s, p, a, n),
+                xthread::median(cross, s, p, b, n),
+            ) else {
+                continue;
+            };
+            let r = x / y;
+            let _ = write!(detail, " {n}:{r:.2}");
+            if worst.is_nan() || r > worst {
+                worst = r;
+            }
+        }
+    }
+    (worst, detail)
+}
+
+fn xbounds(cross: &[xthread::Cell], locks: &[xthread::LockCell]) -> Vec<Bound> {
+    use xthread::{Column as X, Scenario as S};
+    let mut v = Vec::new();
+    let mut push = |name: &'static str, what: &str, (r, d): (f64, String), limit: f64| {
+        v.push(Bound {
+            name,
+            text: format!("{what}, worst {r:.3} (per producer and count:{d})"),
+            ratio: r,
+            limit,
+            held: r <= limit,
+        });
+    };
+    let busy = [256, 1024, 4096];
+    push(
+        "xthread_parked_outbound_routes_vs_task_per_route",
+        "xthread_parked: outbound_routes / task_per_route",
+        xworst(
+            cross,
+            S::Parked,
+            X::OutboundRoutes,
+            X::TaskPerRoute,
+            &ROUTES,
+        ),
+        1.05,
+    );
+    push(
+        "xthread_parked_outbound_routes_thread_vs_task_per_route",
+        "xthread_parked: outbound_routes_thread / task_per_route",
+        xworst(
+            cross,
+            S::Parked,
+            X::OutboundRoutesThread,
+            X::TaskPerRoute,
+            &ROUTES,
+        ),
+        0.8,
+    );
+    push(
+        "xthread_parked_outbound_routes_vs_floor",
+        "xthread_parked: outbound_routes / floor",
+        xworst(cross, S::Parked, X::OutboundRoutes, X::Floor, &ROUTES),
+        1.5,
+    );
+    push(
+        "xthread_parked_outbound_routes_thread_vs_floor",
+        "xthread_parked: outbound_routes_thread / floor",
+        xworst(cross, S::Parked, X::OutboundRoutesThread, X::Floor, &ROUTES),
+        1.5,
+    );
+    push(
+        "xthread_all_busy_outbound_routes_vs_scan_256_up",
+        "xthread_all_busy: outbound_routes / scan at >= 256 routes",
+        xworst(cross, S::AllBusy, X::OutboundRoutes, X::Scan, &busy),
+        1.4,
+    );
+    push(
+        "xthread_all_busy_outbound_routes_vs_task_per_route",
+        "xthread_all_busy: outbound_routes / task_per_route (below 1 at every count)",
+        xworst(
+            cross,
+            S::AllBusy,
+            X::OutboundRoutes,
+            X::TaskPerRoute,
+            &ROUTES[1..],
+        ),
+        1.0,
+    );
+    let zero = cross
+        .iter()
+        .filter(|c| !c.skipped && matches!(c.column, X::OutboundRoutes | X::OutboundRoutesThread))
+        .map(|c| c.allocs_per_msg)
+        .fold(0.0, f64::max);
+    v.push(Bound {
+        name: "xthread_outbound_routes_zero_allocs",
+        text: format!(
+            "xthread outbound_routes(_thread): allocations per message (all threads), max over cells = {zero}"
+        ),
+        ratio: zero,
+        limit: 0.0,
+        held: zero == 0.0,
+    });
+    let lock = |col: &str, threads: usize| {
+        locks
+            .iter()
+            .find(|c| c.column == col && c.threads == threads)
+            .map(|c| Spread::of(&c.samples).median)
+    };
+    if let (Some(h2), Some(c2), Some(h1), Some(c1)) = (
+        lock("host_raw_mutex", 2),
+        lock("critical_section", 2),
+        lock("host_raw_mutex", 1),
+        lock("critical_section", 1),
+    ) {
+        // Throughput ratio host / global = ns ratio global / host; the bound
+        // is stated as "at most" on the inverse, host / global ns <= 0.1.
+        let r = h2 / c2;
+        v.push(Bound {
+            name: "host_lock_two_writers_throughput_10x",
+            text: format!(
+                "host_lock, two writer threads: host_raw_mutex ns/write / critical_section = {r:.3} (throughput {:.1} x)",
+                c2 / h2
+            ),
+            ratio: r,
+            limit: 0.1,
+            held: r <= 0.1,
+        });
+        let r = h1 / c1;
+        v.push(Bound {
+            name: "host_lock_one_writer_not_slower",
+            text: format!(
+                "host_lock, one writer thread: host_raw_mutex ns/write / critical_section = {r:.3}"
+            ),
+            ratio: r,
+            limit: 1.0,
+            held: r <= 1.0,
+        });
+    }
+    v
 }

@@ -40,7 +40,7 @@ use aimdb_bench::callgrind::{self, Counts};
 use aimdb_bench::fixtures::{self, leak, payload};
 use aimdb_connectors::framed::frame;
 use aimdb_core::codec::Postcard;
-use aimdb_core::outbound::{Link as OutLink, Route, Routes, TopicWriter, Written};
+use aimdb_core::outbound::{Link as OutLink, Routes, TopicWriter, Written};
 use aimdb_core::sync::Readiness;
 use serde_json::{json, Value};
 

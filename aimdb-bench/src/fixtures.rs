@@ -7,13 +7,16 @@ use aimdb_core::codec::{Encode, Postcard};
 use aimdb_core::inbound::{Dispatch, KeyedLink, Link as InLink};
 use aimdb_core::outbound::{Link as OutLink, Routes};
 use aimdb_core::record::{Keyed, Latest, Reader, Record};
+use aimdb_core::sync::HostRawMutex;
 use aimdb_core::sync::Readiness;
-use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
 
-/// The mutex every fixture uses (interrupt/thread safe).
-pub type Cs = CriticalSectionRawMutex;
+/// The mutex every fixture uses: the per-record host lock, as a threaded
+/// host would (aimdb-core's "Threading model"). Before it, the fixtures
+/// used `CriticalSectionRawMutex`, i.e. `critical-section`'s one global
+/// std lock; `b1_outbound_wakeup`'s `host_lock` rows compare the two.
+pub type Mx = HostRawMutex;
 /// The record type every fixture uses.
-pub type Rec = Record<Cs, Latest<u32>, 1>;
+pub type Rec = Record<Mx, Latest<u32>, 1>;
 /// Route capacity of every fixture table, whatever its route count, so
 /// only the route count varies between rows.
 pub const CAP: usize = 4096;
@@ -26,7 +29,7 @@ pub type InTable = Dispatch<'static, CAP, NODES>;
 /// The outbound table type.
 pub type OutTable = Routes<'static, &'static Readiness<WORDS>, WORDS, CAP>;
 /// A static-topic, borrowed-encoder outbound link over [`Rec`].
-pub type StaticLink = OutLink<Reader<'static, Cs, Latest<u32>, 1>, &'static str, Postcard>;
+pub type StaticLink = OutLink<Reader<'static, Mx, Latest<u32>, 1>, &'static str, Postcard>;
 
 /// Leaks `v` for the rest of the process.
 pub fn leak<T>(v: T) -> &'static mut T {
@@ -114,7 +117,7 @@ pub fn inbound_pattern(n: usize) -> Inbound {
 }
 
 /// A fixed-capacity keyed table.
-pub type KeyTable<const K: usize> = Keyed<Cs, Latest<u32>, K, 1>;
+pub type KeyTable<const K: usize> = Keyed<Mx, Latest<u32>, K, 1>;
 
 /// `n` keyed routes `fleet/{id}/+/v` (key level 2), each into its own table
 /// with room for `keys` keys; topic `i` uses key `dev1`, claimed by a first
