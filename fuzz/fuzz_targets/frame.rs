@@ -21,8 +21,8 @@ use aimdb_connectors::framed::frame::{
 use aimdb_connectors::framed::{Error, Framed, Stats};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::{DecodeError, Postcard};
-use aimdb_core::inbound::{Dispatch, Link};
-use aimdb_core::outbound::Routes;
+use aimdb_core::inbound::{Link, LocalDispatch};
+use aimdb_core::outbound::LocalRoutes;
 use aimdb_core::record::{Record, Ring, TryRecvError};
 use aimdb_core::sync::Readiness;
 use arbitrary::Arbitrary;
@@ -170,12 +170,12 @@ fn check_framed(garbage: &[u8], payload: &[u8]) {
     // Pattern routes too, so the trie path sees these topics.
     let other: Record<NoopRawMutex, Ring<u8, 1>, 1> = Record::new("other");
     let other_link = Link::new(&other, Postcard);
-    let mut b = Dispatch::<4, 8>::builder();
+    let mut b = LocalDispatch::<4, 8>::builder();
     b.link("fz/raw", &link).link("+/x/#", &other_link);
     let mut dispatch = b.build().unwrap();
     static READY: Readiness<1> = Readiness::new();
     let (mut scratch, mut topic) = ([0u8; 8], [0u8; 8]);
-    let mut routes = Routes::<_, 1, 1>::builder(&READY, &mut scratch, &mut topic)
+    let mut routes = LocalRoutes::<_, 1, 1>::builder(&READY, &mut scratch, &mut topic)
         .build()
         .unwrap();
 

@@ -28,7 +28,7 @@ use core::convert::Infallible;
 use aimdb_connectors::mqtt::{Config, Connect, Counters, Mqtt, QoS, Reconnect, RouteQos, Stopped};
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound::{DispatchError, FrameSink, Stats};
-use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::outbound::{Link as OutLink, LocalRoutes};
 use aimdb_core::record::{Latest, Record};
 use aimdb_core::sync::Readiness;
 use aimdb_fuzz::fixture::{Harness, Links, Records, Table};
@@ -148,7 +148,7 @@ fuzz_target!(|data: &[u8]| {
     state.write(7);
     let mut out_link = OutLink::new(state.subscribe().unwrap(), "out/state", Postcard);
     let (mut scratch, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut scratch, &mut topic);
+    let mut b = LocalRoutes::<_, 1, 1>::builder(&READY, &mut scratch, &mut topic);
     b.link(&mut out_link);
     let mut routes = b.build().unwrap();
 

@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, DispatchError, KeyedLink, Link, Stats, Target};
+use aimdb_core::inbound::{DispatchError, KeyedLink, Link, LocalDispatch, Stats, Target};
 use aimdb_core::record::{Keyed, Latest, Reader, Record, Ring, TryRecvError, KEY_MAX_LEN};
 use embassy_sync::blocking_mutex::raw::NoopRawMutex as M;
 
@@ -206,7 +206,8 @@ pub struct Links<'r> {
 }
 
 /// Route capacity and trie nodes of the table.
-pub type Table<'a> = Dispatch<'a, 16, 32>;
+/// Over `NoopRawMutex` records: the local flavour.
+pub type Table<'a> = LocalDispatch<'a, 16, 32>;
 
 impl<'r> Links<'r> {
     pub fn new(r: &'r Records) -> Self {

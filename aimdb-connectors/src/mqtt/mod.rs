@@ -70,7 +70,14 @@
 //! packet-id and reconnect fixes), and its clock is `embassy-time` rather
 //! than a trait we pass in (hence the std driver under `tokio`).
 //!
-//! # Example (tokio)
+//! # Example (tokio, multi-thread runtime)
+//!
+//! The records are `static` and use the per-record host lock, so the
+//! tables built inside the task are `Send` and the connector is
+//! `tokio::spawn`ed like any other task; other threads and tasks write and
+//! read the records directly. (On embassy, the same body runs in an
+//! `#[embassy_executor::task]`, with `CriticalSectionRawMutex` records and
+//! an embassy-net socket behind `Connect`.)
 //!
 //! ```no_run
 //! # #[cfg(feature = "tokio")]
@@ -80,30 +87,34 @@
 //! use aimdb_core::inbound::{Dispatch, Link as InLink};
 //! use aimdb_core::outbound::{Link as OutLink, Routes};
 //! use aimdb_core::record::{Latest, Record};
-//! use aimdb_core::sync::Readiness;
-//! use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+//! use aimdb_core::sync::{HostRawMutex, Readiness};
 //!
-//! static LED: Record<Cs, Latest<bool>, 1> = Record::new("led");
-//! static TEMP: Record<Cs, Latest<i16>, 1> = Record::new("temp");
+//! static LED: Record<HostRawMutex, Latest<bool>, 1> = Record::new("led");
+//! static TEMP: Record<HostRawMutex, Latest<i16>, 1> = Record::new("temp");
 //! static READY: Readiness<1> = Readiness::new();
 //! static COUNTERS: Counters = Counters::new();
 //!
-//! let led = InLink::new(&LED, Postcard);
-//! let mut b = Dispatch::<4, 8>::builder();
-//! b.link("cmd/led", &led);
-//! let mut inbound = b.build().unwrap();
+//! let connector = tokio::spawn(async {
+//!     let led = InLink::new(&LED, Postcard);
+//!     let mut b = Dispatch::<4, 8>::builder();
+//!     b.link("cmd/led", &led);
+//!     let mut inbound = b.build().unwrap();
 //!
-//! let mut temp = OutLink::new(TEMP.subscribe().unwrap(), "sensors/temp", Postcard);
-//! let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
-//! let mut b = Routes::<_, 1, 4>::builder(&READY, &mut payload, &mut topic);
-//! b.link(&mut temp);
-//! let mut outbound = b.build().unwrap();
+//!     let mut temp = OutLink::new(TEMP.subscribe().unwrap(), "sensors/temp", Postcard);
+//!     let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
+//!     let mut b = Routes::<_, 1, 4>::builder(&READY, &mut payload, &mut topic);
+//!     b.link(&mut temp);
+//!     let mut outbound = b.build().unwrap();
 //!
-//! let (mut rx, mut tx) = ([0u8; 1024], [0u8; 1024]);
-//! let config = Config::new("device-7");
-//! let connect = TcpConnect::new("127.0.0.1:1883");
-//! let mut mqtt = Mqtt::new(config, &mut rx, &mut tx, connect, TokioDelay, &COUNTERS).unwrap();
-//! let why = mqtt.run(&mut inbound, &mut outbound).await;
+//!     let (mut rx, mut tx) = ([0u8; 1024], [0u8; 1024]);
+//!     let config = Config::new("device-7");
+//!     let connect = TcpConnect::new("127.0.0.1:1883");
+//!     let mut mqtt = Mqtt::new(config, &mut rx, &mut tx, connect, TokioDelay, &COUNTERS).unwrap();
+//!     mqtt.run(&mut inbound, &mut outbound).await
+//! });
+//! // Any thread: a plain one here.
+//! std::thread::spawn(|| TEMP.write(215));
+//! let why = connector.await.unwrap();
 //! eprintln!("connector stopped: {why}");
 //! # }
 //! ```
@@ -243,8 +254,11 @@ impl fmt::Debug for Config<'_> {
 ///
 /// The connection may borrow from the connector (an embassy-net socket
 /// borrows its RX/TX buffers), hence the lifetime.
-// `async fn` in a public trait gives no `Send` bound on its future: fine,
-// connectors run on single-threaded executors (embassy, a tokio LocalSet).
+// `async fn` in a public trait gives no `Send` bound on its future for
+// generic callers; `Mqtt::run` is still `Send` for a concrete `Connect`
+// whose future is (`TcpConnect`, `TlsConnect`: rustc sees through the
+// concrete type; pinned in tests/auto_traits.rs). Embassy sockets need no
+// `Send` at all.
 #[allow(async_fn_in_trait)]
 pub trait Connect {
     /// The open stream.
