@@ -232,7 +232,11 @@ fn build(rt: &Runtime, scenario: Scenario, producer: Producer, column: Column, n
             if column == Column::OutboundRoutes {
                 rt.spawn(run);
             } else {
-                run_on_thread("b1-connector", move || run).expect("connector thread");
+                if std::env::var_os("B1_FUTURES_BLOCK_ON").is_some() {
+                    std::thread::spawn(move || futures::executor::block_on(run));
+                } else {
+                    run_on_thread("b1-connector", move || run).expect("connector thread");
+                }
             }
             Input::Records(f.records)
         }

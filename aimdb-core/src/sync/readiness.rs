@@ -16,16 +16,21 @@
 //!
 //! The waker cell is guarded by *episodes* rather than a lock bit: before
 //! each park the transport numbers the episode (`episode`); the marker that
-//! clears `PARKED` wakes the cell's waker by reference, then stores that
-//! number in `done` (a plain release store, not a read-modify-write). The
-//! transport writes the cell, or parks again, only when it sees `PARKED`
-//! clear and `done == episode`, so at most one marker reads the cell at a
-//! time and never while the transport writes it. Compared with releasing a
-//! lock bit in the summary, this saves one read-modify-write per wake: the
-//! `b1_outbound_wakeup` parked rows pay it on every message. The price is
-//! that a transport polled while the marker that woke it is still inside
-//! `wake_by_ref` (another thread, a few instructions) polls again instead of
-//! parking; on one thread, or with interrupts, that never happens.
+//! clears `PARKED` clones the cell's waker, stores that number in `done` (a
+//! plain release store, not a read-modify-write), and only then wakes the
+//! clone. The transport writes the cell, or parks again, only when it sees
+//! `PARKED` clear and `done == episode`, so at most one marker reads the
+//! cell at a time and never while the transport writes it. Compared with
+//! releasing a lock bit in the summary, this saves one read-modify-write
+//! per wake: the `b1_outbound_wakeup` parked rows pay it on every message.
+//! A transport polled between the marker's compare-and-swap and its `done`
+//! store (a few instructions on another thread) polls again instead of
+//! parking. The wake comes after `done` because on a host it is a syscall
+//! (futex, eventfd): a transport woken on another core used to find its
+//! episode still open for the whole syscall and spin, and on an
+//! oversubscribed host it could spin through the marker's time slice
+//! (`xthread_parked`/`outbound_routes_thread` in `b1_outbound_wakeup`:
+//! about 60-80 µs per message before, see `aimdb-bench/README.md`).
 //!
 //! The marker that clears `PARKED` does not touch the bitmap at all: when
 //! the summary is exactly `PARKED` (nothing else pending), it hands its
@@ -91,7 +96,8 @@ pub struct Readiness<const W: usize> {
 // never written after `new`. The `waker` cell: a marker reads it only after
 // its compare-and-swap cleared `PARKED` (acquire: it sees the cell the
 // transport wrote before its releasing park), and only until it stores
-// `done` (release). The transport writes it only after loading `PARKED`
+// `done` (release), cloning the waker to wake after that store. The
+// transport writes it only after loading `PARKED`
 // clear and `done == episode` (acquire: every read by the marker of that
 // episode happened before), and it sets `PARKED` again only after the
 // write. Only one marker can clear `PARKED` per episode and no new episode
@@ -197,10 +203,15 @@ impl<const W: usize> Readiness<W> {
         // `episode` is the transport's: it wrote it before the releasing
         // park a marker's compare-and-swap acquired, or it is the caller.
         let e = self.episode.load(Ordering::Relaxed);
-        if wake {
-            self.wake_cell();
-        }
+        let waker = if wake { self.take_cell_clone() } else { None };
         self.done.store(e, Ordering::Release);
+        // Woken after `done`: a transport on another thread that runs as
+        // soon as the wake lands finds its episode over (and a `DIRECT`
+        // route readable) instead of polling until this thread returns
+        // from the wake, which on a host is a futex or eventfd syscall.
+        if let Some(w) = waker {
+            w.wake();
+        }
     }
 
     /// Sets `group` in the summary and wakes the transport if it was
@@ -251,19 +262,20 @@ impl<const W: usize> Readiness<W> {
         }
     }
 
-    /// Wakes the stored waker by reference. Only the marker that cleared
-    /// `PARKED`, before it stores `done`.
-    fn wake_cell(&self) {
+    /// A clone of the stored waker, to wake once `done` is stored. Only
+    /// the marker that cleared `PARKED`, before it stores `done`.
+    ///
+    /// Cloning then waking by value costs what waking by reference does on
+    /// tokio (its by-reference wake takes a task reference to schedule, the
+    /// by-value wake hands the clone's over) and nothing on embassy (a
+    /// clone is a pointer copy).
+    fn take_cell_clone(&self) -> Option<Waker> {
         // SAFETY: the caller cleared `PARKED` for the current episode and
         // has not stored `done` yet: the transport does not write the cell
         // until it has (see the `Sync` argument), and no other marker can
         // clear `PARKED` before the transport parks again, which also waits
-        // for `done`.
-        self.waker.with_mut(|cell| unsafe {
-            if let Some(w) = &*cell {
-                w.wake_by_ref();
-            }
-        });
+        // for `done`. The clone is ours; the cell is not touched after.
+        self.waker.with_mut(|cell| unsafe { (*cell).clone() })
     }
 
     /// Whether any bit may be set (a hint: the summary word is not cleared
@@ -474,7 +486,7 @@ impl<const W: usize> Pending<W> {
             } else if ready.done.load(Ordering::Acquire) == ready.episode.load(Ordering::Relaxed) {
                 // The marker that woke us handed its route over; it is ours
                 // to read once its `done` store is visible (on another
-                // thread it may still be inside the wake: `park` then polls
+                // thread it may not have stored it yet: `park` then polls
                 // again).
                 self.direct_due = false;
                 self.set(ready.direct.load(Ordering::Relaxed) as usize);
@@ -551,10 +563,11 @@ impl<const W: usize> Pending<W> {
             }
             let e = ready.episode.load(Ordering::Relaxed);
             if self.direct_due || ready.done.load(Ordering::Acquire) != e {
-                // The marker that ended episode `e` is still inside the
-                // cell's `wake_by_ref` on another thread (or its `DIRECT`
-                // route is not readable yet): neither rewrite the cell nor
-                // start an episode under it. Poll again.
+                // The marker that ended episode `e` has cleared `PARKED`
+                // on another thread but not yet stored `done` (a few
+                // instructions: it wakes only after that store), so its
+                // `DIRECT` route is not readable yet: neither rewrite the
+                // cell nor start an episode under it. Poll again.
                 waker.wake_by_ref();
                 spin_loop();
                 return true;
