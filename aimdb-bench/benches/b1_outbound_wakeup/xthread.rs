@@ -28,6 +28,8 @@
 //! `CriticalSectionRawMutex` (critical-section's global std lock). The
 //! cell is nanoseconds per write of one thread (all threads write the same
 //! count at once), so throughput ratios are inverse ratios of the cells.
+//! The `_no_reader` columns (diagnostic, no bound) are the same writes with
+//! no reader ever armed: the lock and the push alone.
 
 use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -232,11 +234,7 @@ fn build(rt: &Runtime, scenario: Scenario, producer: Producer, column: Column, n
             if column == Column::OutboundRoutes {
                 rt.spawn(run);
             } else {
-                if std::env::var_os("B1_FUTURES_BLOCK_ON").is_some() {
-                    std::thread::spawn(move || futures::executor::block_on(run));
-                } else {
-                    run_on_thread("b1-connector", move || run).expect("connector thread");
-                }
+                run_on_thread("b1-connector", move || run).expect("connector thread");
             }
             Input::Records(f.records)
         }
@@ -545,6 +543,11 @@ pub fn median(cells: &[Cell], s: Scenario, p: Producer, c: Column, n: usize) -> 
 
 // ------------------------------------------------------------- host_lock
 
+/// A value on cache lines of its own (128 bytes: x86-64 prefetches lines
+/// in pairs).
+#[repr(align(128))]
+struct Padded<T>(T);
+
 /// One `host_lock` cell: `threads` writers over records with mutex `name`.
 pub struct LockCell {
     pub column: &'static str,
@@ -560,16 +563,19 @@ fn lock_cell<M: RawMutex + Send + Sync + 'static>(
     rt: &Runtime,
     column: &'static str,
     threads: usize,
+    drain: bool,
 ) -> LockCell {
-    let recs: &'static [Record<M, Latest<u32>, 1>] = Box::leak(
+    // Each record on cache lines of its own: two records in one line would
+    // measure false sharing between the writers, not the lock.
+    let recs: &'static [Padded<Record<M, Latest<u32>, 1>>] = Box::leak(
         (0..threads)
-            .map(|_| Record::new("lock"))
+            .map(|_| Padded(Record::new("lock")))
             .collect::<Vec<_>>()
             .into_boxed_slice(),
     );
     let ready: &'static Readiness<1> = leak(Readiness::new());
     let mut b = Routes::<_, 1, 2>::builder(ready, leak([0x5au8; 16]), leak([0x5au8; 16]));
-    for (r, &t) in recs.iter().zip(fixtures::out_topics(threads)) {
+    for (Padded(r), &t) in recs.iter().zip(fixtures::out_topics(threads)) {
         b.link(leak(OutLink::new(
             r.subscribe().expect("reader"),
             t,
@@ -577,19 +583,23 @@ fn lock_cell<M: RawMutex + Send + Sync + 'static>(
         )));
     }
     let mut routes = b.build().expect("host_lock routes");
-    let pulled: &'static AtomicU64 = leak(AtomicU64::new(0));
-    rt.spawn(async move {
-        loop {
-            let m = routes.next().await;
-            std::hint::black_box(m.payload);
-            pulled.fetch_add(1, Ordering::Relaxed);
-        }
-    });
+    if drain {
+        rt.spawn(async move {
+            loop {
+                let m = routes.next().await;
+                std::hint::black_box(m.payload);
+            }
+        });
+    } else {
+        // Diagnostic: no reader is ever armed, so a write is the lock and
+        // the push alone (the readers stay subscribed inside the links).
+        std::mem::forget(routes);
+    }
     let run = move || {
         let start = Barrier::new(threads + 1);
         let go = AtomicBool::new(false);
         std::thread::scope(|s| {
-            for r in recs {
+            for Padded(r) in recs {
                 let (start, go) = (&start, &go);
                 s.spawn(move || {
                     start.wait();
@@ -626,11 +636,23 @@ pub fn measure_locks() -> Vec<LockCell> {
         .expect("multi-thread runtime");
     let mut cells = Vec::new();
     for threads in [1, 2] {
-        cells.push(lock_cell::<HostRawMutex>(&rt, "host_raw_mutex", threads));
+        cells.push(lock_cell::<HostRawMutex>(
+            &rt,
+            "host_raw_mutex",
+            threads,
+            true,
+        ));
         cells.push(lock_cell::<CriticalSectionRawMutex>(
             &rt,
             "critical_section",
             threads,
+            true,
+        ));
+        let name = "host_raw_mutex_no_reader";
+        cells.push(lock_cell::<HostRawMutex>(&rt, name, threads, false));
+        let name = "critical_section_no_reader";
+        cells.push(lock_cell::<CriticalSectionRawMutex>(
+            &rt, name, threads, false,
         ));
     }
     for c in &cells {
