@@ -21,6 +21,12 @@
 //! interrupt handler or the code must also build for an MCU, and
 //! `NoopRawMutex` where a record never leaves one thread.
 //!
+//! Keep records that different threads write on cache lines of their
+//! own (a `#[repr(align(128))]` wrapper, or statics that are not declared
+//! side by side): the lock is per record, but two records in one line
+//! still bounce that line between the writers' cores. `b1_outbound_wakeup`'s
+//! `host_lock` rows pad their records for that reason.
+//!
 //! Not re-entrant: code running inside a section (a `Waker::clone` of a
 //! custom waker) must not lock the same record again; it would spin for
 //! ever where `critical-section` would have panicked in the record's
