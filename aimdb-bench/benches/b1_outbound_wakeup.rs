@@ -170,7 +170,15 @@ impl Sink {
             producer: AtomicWaker::new(),
         })
     }
+}
 
+/// What every column delivers to: the same-thread [`Sink`] here, the
+/// thread-safe `XSink` in [`xthread`].
+trait Deliver {
+    fn push(&self, topic: &str, payload: &[u8]);
+}
+
+impl Deliver for Sink {
     fn push(&self, topic: &str, payload: &[u8]) {
         let n = payload.len().min(16);
         self.last.borrow_mut()[..n].copy_from_slice(&payload[..n]);
@@ -183,7 +191,9 @@ impl Sink {
             self.producer.wake();
         }
     }
+}
 
+impl Sink {
     /// Waits until `more` further messages were delivered.
     async fn wait_for(&self, more: u64) {
         let target = self.delivered.get() + more;
@@ -224,10 +234,74 @@ fn reader_stream(
     futures::stream::poll_fn(move |cx| reader.poll_recv(cx).map(|v| Some((topic, v))))
 }
 
-fn encode_push(sink: &Sink, scratch: &mut [u8; 16], topic: &str, v: Result<u32, RecvError>) {
+fn encode_push<D: Deliver + ?Sized>(
+    sink: &D,
+    scratch: &mut [u8; 16],
+    topic: &str,
+    v: Result<u32, RecvError>,
+) {
     if let Ok(v) = v {
         if let Ok(n) = Postcard.encode(&v, scratch) {
             sink.push(topic, &scratch[..n]);
+        }
+    }
+}
+
+/// At least `msgs` messages (at least one round), rounded up to whole
+/// rounds of `per_round`.
+fn whole_rounds(msgs: usize, per_round: usize) -> usize {
+    msgs.div_ceil(per_round).max(1) * per_round
+}
+
+/// The consumer loops of the columns, shared by the same-thread and the
+/// cross-thread cells (`sink` is an `Rc<Sink>` or an `Arc<XSink>`).
+mod loops {
+    use super::*;
+    use std::ops::Deref;
+
+    /// `outbound_routes`: the connector loop.
+    pub async fn routes<P: Deref<Target = impl Deliver>>(
+        mut routes: Box<fixtures::OutTable>,
+        sink: P,
+    ) {
+        loop {
+            let m = routes.next().await;
+            sink.push(m.topic, m.payload);
+        }
+    }
+
+    /// `task_per_route`: one route's task.
+    pub async fn per_route<P: Deref<Target = impl Deliver>>(
+        mut reader: RecReader,
+        topic: &'static str,
+        sink: P,
+    ) {
+        let mut scratch = [0x5au8; 16];
+        loop {
+            let v = reader.recv().await;
+            encode_push(&*sink, &mut scratch, topic, v);
+        }
+    }
+
+    /// `scan`: woken by the last route's reader, then `try_recv` on every
+    /// other reader (the producer writes the routes in order, so the last
+    /// write means the round is complete).
+    pub async fn scan<P: Deref<Target = impl Deliver>>(
+        mut readers: Vec<RecReader>,
+        topics: &'static [&'static str],
+        sink: P,
+    ) {
+        let mut scratch = [0x5au8; 16];
+        let n = readers.len();
+        let (last, rest) = readers.split_last_mut().expect("routes");
+        loop {
+            let v = last.recv().await;
+            for (r, &t) in rest.iter_mut().zip(topics) {
+                if let Ok(v) = r.try_recv() {
+                    encode_push(&*sink, &mut scratch, t, Ok(v));
+                }
+            }
+            encode_push(&*sink, &mut scratch, topics[n - 1], v);
         }
     }
 }
@@ -258,28 +332,14 @@ fn build(scenario: Scenario, column: Column, n: usize) -> Bench {
     let input = match column {
         Column::OutboundRoutes => {
             let f = fixtures::outbound_static(n);
-            let mut routes = f.routes;
-            let s = sink.clone();
-            tokio::task::spawn_local(async move {
-                loop {
-                    let m = routes.next().await;
-                    s.push(m.topic, m.payload);
-                }
-            });
+            tokio::task::spawn_local(loops::routes(f.routes, sink.clone()));
             Input::Records(f.records)
         }
         Column::TaskPerRoute => {
             let recs = fixtures::records(n);
             for (r, &topic) in recs.iter().zip(fixtures::out_topics(n)) {
-                let mut reader = r.subscribe().expect("one reader");
-                let s = sink.clone();
-                tokio::task::spawn_local(async move {
-                    let mut scratch = [0x5au8; 16];
-                    loop {
-                        let v = reader.recv().await;
-                        encode_push(&s, &mut scratch, topic, v);
-                    }
-                });
+                let reader = r.subscribe().expect("one reader");
+                tokio::task::spawn_local(loops::per_route(reader, topic, sink.clone()));
             }
             Input::Records(recs)
         }
@@ -294,7 +354,7 @@ fn build(scenario: Scenario, column: Column, n: usize) -> Bench {
             tokio::task::spawn_local(async move {
                 let mut scratch = [0x5au8; 16];
                 while let Some((topic, v)) = all.next().await {
-                    encode_push(&s, &mut scratch, topic, v);
+                    encode_push(&*s, &mut scratch, topic, v);
                 }
             });
             Input::Records(recs)
@@ -309,34 +369,19 @@ fn build(scenario: Scenario, column: Column, n: usize) -> Bench {
             tokio::task::spawn_local(async move {
                 let mut scratch = [0x5au8; 16];
                 while let Some((_, (topic, v))) = map.next().await {
-                    encode_push(&s, &mut scratch, topic, v);
+                    encode_push(&*s, &mut scratch, topic, v);
                 }
             });
             Input::Records(recs)
         }
         Column::Scan => {
             let recs = fixtures::records(n);
-            let topics = fixtures::out_topics(n);
-            let mut readers: Vec<RecReader> = recs
+            let readers = recs
                 .iter()
                 .map(|r| r.subscribe().expect("one reader"))
                 .collect();
-            let s = sink.clone();
-            tokio::task::spawn_local(async move {
-                let mut scratch = [0x5au8; 16];
-                let (last, rest) = readers.split_last_mut().expect("routes");
-                loop {
-                    // The producer writes the routes in order: the last
-                    // write means the round is complete.
-                    let v = last.recv().await;
-                    for (r, &t) in rest.iter_mut().zip(topics) {
-                        if let Ok(v) = r.try_recv() {
-                            encode_push(&s, &mut scratch, t, Ok(v));
-                        }
-                    }
-                    encode_push(&s, &mut scratch, topics[n - 1], v);
-                }
-            });
+            let topics = fixtures::out_topics(n);
+            tokio::task::spawn_local(loops::scan(readers, topics, sink.clone()));
             Input::Records(recs)
         }
         Column::Floor => {
@@ -360,7 +405,7 @@ fn build(scenario: Scenario, column: Column, n: usize) -> Bench {
                         }
                     })
                     .await;
-                    encode_push(&s, &mut scratch, topic, Ok(v));
+                    encode_push(&*s, &mut scratch, topic, Ok(v));
                 }
             });
             Input::Floor(h)
@@ -389,9 +434,8 @@ impl Bench {
         }
     }
 
-    /// At least `msgs` messages, rounded up to whole rounds.
     fn round_up(&self, msgs: usize) -> usize {
-        msgs.div_ceil(self.per_round()).max(1) * self.per_round()
+        whole_rounds(msgs, self.per_round())
     }
 
     /// Drives `msgs` messages (whole rounds) through the cell.

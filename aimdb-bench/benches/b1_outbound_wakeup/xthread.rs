@@ -40,7 +40,7 @@ use std::time::Instant;
 use aimdb_bench::fixtures::{self, leak, Rec};
 use aimdb_bench::timing::{allocs, short, GatedCounter, Spread, RUNS};
 use aimdb_connectors::tokio_io::run_on_thread;
-use aimdb_core::codec::{Encode, Postcard};
+use aimdb_core::codec::Postcard;
 use aimdb_core::outbound::{Link as OutLink, Routes};
 use aimdb_core::record::{Latest, Record};
 use aimdb_core::sync::{HostRawMutex, Readiness};
@@ -48,7 +48,9 @@ use embassy_sync::blocking_mutex::raw::{CriticalSectionRawMutex, RawMutex};
 use futures::task::AtomicWaker;
 use tokio::runtime::Runtime;
 
-use super::{value, MAX_MSGS, MIN_MSGS, ROUTES, SKIP_RUN_NS};
+use super::{
+    encode_push, loops, value, whole_rounds, Deliver, MAX_MSGS, MIN_MSGS, ROUTES, SKIP_RUN_NS,
+};
 
 /// Aimed-at length of one timed cross-thread run.
 const TARGET_RUN_NS: f64 = 40e6;
@@ -146,7 +148,9 @@ impl XSink {
             producer: AtomicWaker::new(),
         })
     }
+}
 
+impl Deliver for XSink {
     fn push(&self, topic: &str, payload: &[u8]) {
         let mut x = 0u64;
         for (i, b) in payload.iter().take(8).enumerate() {
@@ -160,7 +164,9 @@ impl XSink {
             self.producer.wake();
         }
     }
+}
 
+impl XSink {
     /// Announces `more` messages before they are written; returns the
     /// count to wait for. Only the producer calls it.
     fn expect(&self, more: u64) -> u64 {
@@ -182,12 +188,6 @@ impl XSink {
             }
         })
         .await;
-    }
-}
-
-fn encode_push(sink: &XSink, scratch: &mut [u8; 16], topic: &str, v: u32) {
-    if let Ok(n) = Postcard.encode(&v, scratch) {
-        sink.push(topic, &scratch[..n]);
     }
 }
 
@@ -223,14 +223,7 @@ fn build(rt: &Runtime, scenario: Scenario, producer: Producer, column: Column, n
     let input = match column {
         Column::OutboundRoutes | Column::OutboundRoutesThread => {
             let f = fixtures::outbound_static(n);
-            let mut routes = f.routes;
-            let s = sink.clone();
-            let run = async move {
-                loop {
-                    let m = routes.next().await;
-                    s.push(m.topic, m.payload);
-                }
-            };
+            let run = loops::routes(f.routes, sink.clone());
             if column == Column::OutboundRoutes {
                 rt.spawn(run);
             } else {
@@ -241,44 +234,18 @@ fn build(rt: &Runtime, scenario: Scenario, producer: Producer, column: Column, n
         Column::TaskPerRoute => {
             let recs = fixtures::records(n);
             for (r, &topic) in recs.iter().zip(fixtures::out_topics(n)) {
-                let mut reader = r.subscribe().expect("one reader");
-                let s = sink.clone();
-                rt.spawn(async move {
-                    let mut scratch = [0x5au8; 16];
-                    loop {
-                        if let Ok(v) = reader.recv().await {
-                            encode_push(&s, &mut scratch, topic, v);
-                        }
-                    }
-                });
+                let reader = r.subscribe().expect("one reader");
+                rt.spawn(loops::per_route(reader, topic, sink.clone()));
             }
             Input::Records(recs)
         }
         Column::Scan => {
             let recs = fixtures::records(n);
-            let topics = fixtures::out_topics(n);
-            let mut readers: Vec<_> = recs
+            let readers = recs
                 .iter()
                 .map(|r| r.subscribe().expect("one reader"))
                 .collect();
-            let s = sink.clone();
-            rt.spawn(async move {
-                let mut scratch = [0x5au8; 16];
-                let (last, rest) = readers.split_last_mut().expect("routes");
-                loop {
-                    // Routes are written in order: the last one completes
-                    // the round.
-                    let v = last.recv().await;
-                    for (r, &t) in rest.iter_mut().zip(topics) {
-                        if let Ok(v) = r.try_recv() {
-                            encode_push(&s, &mut scratch, t, v);
-                        }
-                    }
-                    if let Ok(v) = v {
-                        encode_push(&s, &mut scratch, topics[n - 1], v);
-                    }
-                }
-            });
+            rt.spawn(loops::scan(readers, fixtures::out_topics(n), sink.clone()));
             Input::Records(recs)
         }
         Column::Floor => {
@@ -303,7 +270,7 @@ fn build(rt: &Runtime, scenario: Scenario, producer: Producer, column: Column, n
                         }
                     })
                     .await;
-                    encode_push(&s, &mut scratch, topic, v as u32);
+                    encode_push(&*s, &mut scratch, topic, Ok(v as u32));
                 }
             });
             Input::Floor(h)
@@ -370,15 +337,13 @@ async fn drive(
 }
 
 impl Cell {
-    fn per_round(&self) -> usize {
-        match self.scenario {
-            Scenario::Parked => 1,
-            Scenario::AllBusy => self.routes,
-        }
-    }
-
     fn round_up(&self, msgs: usize) -> usize {
-        msgs.div_ceil(self.per_round()).max(1) * self.per_round()
+        let per_round = if self.scenario == Scenario::Parked {
+            1
+        } else {
+            self.routes
+        };
+        whole_rounds(msgs, per_round)
     }
 
     pub fn id(&self) -> String {
