@@ -14,7 +14,7 @@
 #   scripts/firmware.sh footprint                 flash/RAM of the device, RAM per outbound and per
 #                                                 inbound route; writes data/baselines/firmware_size.json
 #
-# Toolchain routes (see shared/design/FIRMWARE.md):
+# Toolchain routes (see docs/firmware.md):
 #   rustup  - `rustup target list --installed` has thumbv6m-none-eabi and
 #             thumbv7m-none-eabi: plain `cargo`, precompiled core, rust-lld.
 #   debian  - /usr/bin/rustc (Debian's rustc-web) with the library sources in
