@@ -9,10 +9,12 @@ export CARGO_TERM_COLOR ?= never
 DEVICE_ELF = target-fw/thumbv7m-none-eabi/release/device
 
 ## The project's main job: the device firmware under QEMU, its UART bridged
-## by the tokio gateway to an MQTT broker; an operator client sends three
-## commands and checks that readings arrive exactly once. Installs the
-## firmware toolchain and QEMU when missing.
+## by the tokio gateway to an MQTT broker (a mosquitto the gateway starts);
+## an operator client sends three commands and checks that readings arrive
+## exactly once. Installs the firmware toolchain, QEMU and mosquitto when
+## missing.
 demo:
+	bash scripts/install-deps.sh >/dev/null
 	bash scripts/firmware.sh device >/dev/null
 	$(CARGO) run --release -p gateway -- --qemu $(DEVICE_ELF) --demo --seconds 5
 

@@ -1,58 +1,89 @@
-//! The in-process MQTT broker the gateway starts when no `--broker` is
-//! given: rumqttd, listening for MQTT 5 on a free loopback port.
+//! The MQTT broker the gateway starts when no `--broker` is given: a
+//! mosquitto child process listening on a free loopback port (anonymous,
+//! no persistence), stopped by PID when the gateway exits.
+//!
+//! It used to be rumqttd in-process; that pulled about 170 crates into the
+//! gateway's build, most of the demo's first-run time. mosquitto is what the
+//! tests use anyway, installed by `scripts/install-deps.sh`.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Starts the broker on its own threads and waits until it accepts
-/// connections. It lives as long as the process.
-pub fn start() -> Result<SocketAddr, String> {
+/// The running broker; killed (by its PID) and its config removed on drop.
+pub struct Broker {
+    child: Child,
+    dir: PathBuf,
+    addr: SocketAddr,
+}
+
+impl Broker {
+    /// The loopback address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `mosquitto` from `PATH`, else Debian's `/usr/sbin/mosquitto`.
+fn mosquitto() -> Result<PathBuf, String> {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("mosquitto"))
+            .find(|p| p.is_file())
+    });
+    on_path
+        .or_else(|| Some(PathBuf::from("/usr/sbin/mosquitto")).filter(|p| p.is_file()))
+        .ok_or_else(|| {
+            "mosquitto not found: install the Debian package `mosquitto` \
+             (scripts/install-deps.sh does), or give --broker"
+                .to_string()
+        })
+}
+
+/// Starts mosquitto and waits until it accepts connections.
+pub fn start() -> Result<Broker, String> {
+    let exe = mosquitto()?;
     // Ask the OS for a free port, then hand it to the broker. Another
-    // process could take it in between; the wait below would then fail
-    // loudly rather than talk to a stranger's server for long.
+    // process could take it in between; the wait below then fails loudly
+    // (mosquitto exits when it cannot bind).
     let addr = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| format!("no free loopback port: {e}"))?;
-    let config = serde_json::json!({
-        "id": 0,
-        "router": {
-            "id": 0,
-            "max_connections": 64,
-            "max_outgoing_packet_count": 200,
-            "max_segment_size": 1_048_576,
-            "max_segment_count": 4
-        },
-        "v5": {
-            "1": {
-                "name": "v5-1",
-                "listen": addr.to_string(),
-                "next_connection_delay_ms": 1,
-                "connections": {
-                    "connection_timeout_ms": 5000,
-                    "max_payload_size": 4096,
-                    "max_inflight_count": 100,
-                    "dynamic_filters": true
-                }
-            }
-        }
-    });
-    let config: rumqttd::Config =
-        serde_json::from_value(config).map_err(|e| format!("broker config: {e}"))?;
-    std::thread::Builder::new()
-        .name("broker".into())
-        .spawn(move || {
-            let mut broker = rumqttd::Broker::new(config);
-            if let Err(e) = broker.start() {
-                eprintln!("gateway: embedded broker stopped: {e}");
-            }
-        })
-        .map_err(|e| format!("broker thread: {e}"))?;
+    let dir = std::env::temp_dir().join(format!("aimdb-gateway-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let conf = dir.join("mosquitto.conf");
+    let text = format!(
+        "listener {} 127.0.0.1\nallow_anonymous true\npersistence false\n\
+         log_dest stderr\nlog_type error\nlog_type warning\n",
+        addr.port()
+    );
+    std::fs::write(&conf, text).map_err(|e| format!("{}: {e}", conf.display()))?;
+    let child = Command::new(&exe)
+        .arg("-c")
+        .arg(&conf)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    let mut broker = Broker { child, dir, addr };
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(addr).is_err() {
+        if let Ok(Some(status)) = broker.child.try_wait() {
+            return Err(format!("mosquitto exited before listening on {addr}: {status}"));
+        }
         if Instant::now() > deadline {
-            return Err(format!("embedded broker did not listen on {addr}"));
+            return Err(format!("mosquitto did not listen on {addr}"));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok(addr)
+    Ok(broker)
 }

@@ -1,7 +1,7 @@
 //! The gateway: bridges the demo device's UART to MQTT.
 //!
 //! ```text
-//!  QEMU (device firmware) ══UART0 over TCP══► gateway ══MQTT══► broker (in-process rumqttd, or --broker)
+//!  QEMU (device firmware) ══UART0 over TCP══► gateway ══MQTT══► broker (a mosquitto it starts, or --broker)
 //! ```
 //!
 //! The device side is the same framed-stream connector the firmware runs
@@ -23,7 +23,7 @@
 //! - `--listen ADDR`: wait for a device (e.g. QEMU started by hand with
 //!   `-serial tcp:ADDR`); `--serial HOST:PORT`: connect to one that
 //!   listens (`-serial tcp::PORT,server=on`);
-//! - without `--broker`, an MQTT broker runs in-process on a free loopback
+//! - without `--broker`, the gateway starts mosquitto on a free loopback
 //!   port;
 //! - `--tls-ca CA.pem`: TLS to the `--broker`, trusting the CA
 //!   certificate(s) in the PEM file; the broker's certificate must be valid
@@ -115,7 +115,7 @@ fn parse_args() -> Result<Args, String> {
         return Err("--username and --password go together".into());
     }
     if a.tls_ca.is_some() && a.broker.is_none() {
-        return Err("--tls-ca needs --broker (the in-process broker has no TLS)".into());
+        return Err("--tls-ca needs --broker (the broker the gateway starts has no TLS)".into());
     }
     if a.tls_ca.is_some() && a.demo {
         return Err("--tls-ca and --demo: the demo operator speaks plain MQTT".into());
@@ -195,9 +195,16 @@ fn main() -> ExitCode {
 
 async fn run(args: Args) -> ExitCode {
     let default_port = if args.tls_ca.is_some() { 8883 } else { 1883 };
+    // Without `--broker`, a mosquitto child; it lives (and is stopped by
+    // its PID) with this guard.
+    let mut _broker = None;
     let addr = match &args.broker {
         Some(url) => broker_addr(url, default_port),
-        None => broker::start(),
+        None => broker::start().map(|b| {
+            let a = b.addr();
+            _broker = Some(b);
+            a
+        }),
     };
     let addr = match addr {
         Ok(a) => a,
@@ -211,7 +218,7 @@ async fn run(args: Args) -> ExitCode {
         if args.broker.is_some() {
             "external"
         } else {
-            "in-process"
+            "mosquitto started by the gateway"
         },
         args.prefix
     );
