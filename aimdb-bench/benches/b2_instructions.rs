@@ -14,7 +14,9 @@
 //! Exits non-zero if valgrind is missing, a row fails or is missing, a row
 //! has no limit, or a row is more than [`TOLERANCE`] over its limit in
 //! `data/baselines/b2_instructions.json`, or if the 4096-route parked pull
-//! costs more than [`FLAT`] away from the 8-route one. Rows more than
+//! costs more than [`FLAT`] more than the 8-route one (flatness is about
+//! cost growing with the route count; a larger table that happens to cost
+//! a few instructions less is not a regression). Rows more than
 //! [`IMPROVED`] under their limit are printed so the limit can be tightened
 //! in the same commit.
 //!
@@ -53,7 +55,8 @@ const OPS: usize = 2000;
 const TOLERANCE: f64 = 0.02;
 /// A row this fraction under its limit is reported as improved.
 const IMPROVED: f64 = 0.05;
-/// The 4096-route parked pull may differ from the 8-route one by this much.
+/// The 4096-route parked pull may cost this fraction more than the 8-route
+/// one.
 const FLAT: f64 = 0.02;
 /// The rows that must stay flat, smaller route count first.
 const FLAT_ROWS: (&str, &str) = ("outbound_routes_parked_8", "outbound_routes_parked_4096");
@@ -498,10 +501,10 @@ fn main() -> ExitCode {
     let mut flat = Value::Null;
     if let (Some(small), Some(large)) = (per(FLAT_ROWS.0), per(FLAT_ROWS.1)) {
         let ratio = large / small;
-        let held = (ratio - 1.0).abs() <= FLAT;
+        let held = ratio <= 1.0 + FLAT;
         let _ = writeln!(
             table,
-            "flat: {} / {} = {ratio:.4} (bound 1 ± {FLAT}): {}",
+            "flat: {} / {} = {ratio:.4} (bound <= 1 + {FLAT}): {}",
             FLAT_ROWS.1,
             FLAT_ROWS.0,
             if held { "held" } else { "BROKEN" }

@@ -66,7 +66,22 @@ impl HostRawMutex {
         }
     }
 
+    #[inline]
     fn acquire(&self) {
+        if self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.contended();
+        }
+    }
+
+    /// The slow path, kept out of line so the uncontended section inlines
+    /// into the record's code.
+    #[cold]
+    #[inline(never)]
+    fn contended(&self) {
         let mut spins = 0u32;
         loop {
             if self
@@ -100,6 +115,7 @@ impl Default for HostRawMutex {
 struct Unlock<'a>(&'a AtomicBool);
 
 impl Drop for Unlock<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
     }
@@ -115,6 +131,7 @@ impl Drop for Unlock<'_> {
 unsafe impl RawMutex for HostRawMutex {
     const INIT: Self = Self::new();
 
+    #[inline]
     fn lock<R>(&self, f: impl FnOnce() -> R) -> R {
         self.acquire();
         let _unlock = Unlock(&self.locked);

@@ -78,7 +78,9 @@ pub fn start() -> Result<Broker, String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(addr).is_err() {
         if let Ok(Some(status)) = broker.child.try_wait() {
-            return Err(format!("mosquitto exited before listening on {addr}: {status}"));
+            return Err(format!(
+                "mosquitto exited before listening on {addr}: {status}"
+            ));
         }
         if Instant::now() > deadline {
             return Err(format!("mosquitto did not listen on {addr}"));
