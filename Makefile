@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo e2e test fmt-check clippy loom nostd firmware footprint bench-gate bench ci deps soak
+.PHONY: demo e2e test quickstart fmt-check clippy loom nostd firmware footprint bench-gate bench ci deps soak
 
 DEVICE_ELF = target-fw/thumbv7m-none-eabi/release/device
 
@@ -23,12 +23,19 @@ e2e:
 	bash scripts/firmware.sh device >/dev/null
 	$(CARGO) run --release -p gateway -- --qemu $(DEVICE_ELF) --demo --seconds 8 --min-readings 150
 
-## Every host test, for each feature set of aimdb-core CI builds.
+## Every host test, for each feature set of aimdb-core CI builds, and the
+## quickstart example (it asserts its own outcome).
 test:
 	$(CARGO) test -p aimdb-core
 	$(CARGO) test -p aimdb-core --features std,json
 	$(CARGO) test --workspace
 	$(CARGO) test -p aimdb-connectors --all-features
+	$(MAKE) quickstart
+
+## The smallest example: a device and a host in one process on tokio's
+## multi-thread runtime; exits non-zero unless the command round-trips.
+quickstart:
+	$(CARGO) run -q -p quickstart
 
 fmt-check:
 	$(CARGO) fmt --all --check

@@ -17,20 +17,18 @@ const ROUTES: usize = 64;
 const ROUNDS: u32 = 48;
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// Runs `f` on a new thread with its own current-thread runtime.
+/// Runs `f` on a new thread with its own current-thread runtime
+/// (`tokio_io::run_on_thread`), bounded by [`LIMIT`].
 fn on_own_runtime<F, Fut>(f: F) -> std::thread::JoinHandle<Fut::Output>
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future,
     Fut::Output: Send + 'static,
 {
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async { tokio::time::timeout(LIMIT, f()).await.expect("timed out") })
+    tokio_io::run_on_thread("end", move || async move {
+        tokio::time::timeout(LIMIT, f()).await.expect("timed out")
     })
+    .expect("runtime thread")
 }
 
 /// One end: produce on every outbound route, check every inbound route,
