@@ -286,7 +286,20 @@ mod loops {
     /// `scan`: woken by the last route's reader, then `try_recv` on every
     /// other reader (the producer writes the routes in order, so the last
     /// write means the round is complete).
-    pub async fn scan<P: Deref<Target = impl Deliver>>(
+    pub fn scan<P: Deref<Target = impl Deliver>>(
+        recs: &'static [Rec],
+        sink: P,
+    ) -> impl std::future::Future<Output = ()> {
+        // Subscribed here, before the task is spawned: the producer's first
+        // round must find every reader.
+        let readers: Vec<RecReader> = recs
+            .iter()
+            .map(|r| r.subscribe().expect("one reader"))
+            .collect();
+        scan_readers(readers, fixtures::out_topics(recs.len()), sink)
+    }
+
+    async fn scan_readers<P: Deref<Target = impl Deliver>>(
         mut readers: Vec<RecReader>,
         topics: &'static [&'static str],
         sink: P,
@@ -376,12 +389,7 @@ fn build(scenario: Scenario, column: Column, n: usize) -> Bench {
         }
         Column::Scan => {
             let recs = fixtures::records(n);
-            let readers = recs
-                .iter()
-                .map(|r| r.subscribe().expect("one reader"))
-                .collect();
-            let topics = fixtures::out_topics(n);
-            tokio::task::spawn_local(loops::scan(readers, topics, sink.clone()));
+            tokio::task::spawn_local(loops::scan(recs, sink.clone()));
             Input::Records(recs)
         }
         Column::Floor => {

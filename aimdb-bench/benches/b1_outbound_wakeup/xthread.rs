@@ -241,11 +241,7 @@ fn build(rt: &Runtime, scenario: Scenario, producer: Producer, column: Column, n
         }
         Column::Scan => {
             let recs = fixtures::records(n);
-            let readers = recs
-                .iter()
-                .map(|r| r.subscribe().expect("one reader"))
-                .collect();
-            rt.spawn(loops::scan(readers, fixtures::out_topics(n), sink.clone()));
+            rt.spawn(loops::scan(recs, sink.clone()));
             Input::Records(recs)
         }
         Column::Floor => {
