@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo e2e test quickstart fmt-check clippy loom nostd firmware footprint bench-gate bench ci deps soak
+.PHONY: demo e2e test quickstart fmt-check clippy loom nostd firmware footprint b3 bench-gate bench ci deps soak
 
 DEVICE_ELF = target-fw/thumbv7m-none-eabi/release/device
 
@@ -61,12 +61,19 @@ nostd:
 	bash scripts/firmware.sh check-core
 
 ## QEMU self-test firmware: passes on Cortex-M3 and M0, and a made-to-fail
-## build must exit 1.
+## build must exit 1; then the footprint and the on-target cost gate.
 firmware:
 	bash scripts/firmware.sh smoke-fail
 	bash scripts/firmware.sh smoke --cpu cortex-m0
 	bash scripts/firmware.sh smoke --cpu cortex-m3
 	bash scripts/firmware.sh footprint
+	$(MAKE) b3
+
+## Instructions per operation on the Cortex-M3 and M0 under QEMU with
+## instruction counting (deterministic): two runs must agree to the
+## instruction and no row may be 2 % over data/baselines/b3_on_target.json.
+b3:
+	$(CARGO) bench -p aimdb-bench --bench b3_on_target
 
 ## Flash and static RAM of the device, RAM per route (N vs 2N routes):
 ## data/baselines/firmware_size.json.

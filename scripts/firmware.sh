@@ -13,6 +13,9 @@
 #   scripts/firmware.sh device                    build the demo device (Cortex-M3); prints its ELF path
 #   scripts/firmware.sh footprint                 flash/RAM of the device, RAM per outbound and per
 #                                                 inbound route; writes data/baselines/firmware_size.json
+#   scripts/firmware.sh b3 [--cpu ...]            build the b3_on_target firmware; prints `elf=PATH`
+#                                                 and `rustc=VERSION (ROUTE route)` (aimdb-bench's
+#                                                 b3_on_target runs it under QEMU)
 #
 # Toolchain routes (see docs/firmware.md):
 #   rustup  - `rustup target list --installed` has thumbv6m-none-eabi and
@@ -47,7 +50,7 @@ log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'firmware.sh: error: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # ------------------------------------------------------------------ toolchain
@@ -256,6 +259,15 @@ cmd_device() {
     echo "$elf"
 }
 
+cmd_b3() {
+    parse_cpu "$@"
+    build_firmware "$TARGET" --bin b3 >&2
+    local rustc_v
+    if [ "$ROUTE" = debian ]; then rustc_v=$("$DEBIAN_RUSTC" --version); else rustc_v=$(rustc --version); fi
+    echo "elf=$(fw_elf "$TARGET" b3)"
+    echo "rustc=$rustc_v ($ROUTE route, opt-level s, lto)"
+}
+
 # size_of ELF: "FLASH RAM" in bytes.
 size_of() {
     local tool
@@ -393,6 +405,7 @@ case "$sub" in
     smoke) cmd_smoke "$@" ;;
     device) [ $# -eq 0 ] || die "device takes no arguments"; cmd_device ;;
     footprint) [ $# -eq 0 ] || die "footprint takes no arguments"; cmd_footprint ;;
+    b3) cmd_b3 "$@" ;;
     smoke-fail) cmd_smoke_fail "$@" ;;
     -h|--help|help) usage ;;
     *) usage; exit 2 ;;

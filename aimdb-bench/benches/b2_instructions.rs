@@ -40,6 +40,7 @@ use std::time::Instant;
 
 use aimdb_bench::callgrind::{self, Counts};
 use aimdb_bench::fixtures::{self, leak, payload};
+use aimdb_bench::gate;
 use aimdb_connectors::framed::frame;
 use aimdb_core::codec::Postcard;
 use aimdb_core::outbound::{Link as OutLink, Routes, TopicWriter, Written};
@@ -323,30 +324,8 @@ fn measure_all(rows: &[&'static str], jobs: usize) -> Vec<Result<Counts, String>
         .collect()
 }
 
-/// One committed limit.
-struct Limit {
-    per_op: f64,
-    rustc: String,
-}
-
 fn baseline_path() -> std::path::PathBuf {
     aimdb_bench::workspace_root().join(BASELINE)
-}
-
-fn load_baseline() -> Result<BTreeMap<String, Limit>, String> {
-    let path = baseline_path();
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{BASELINE}: {e}"))?;
-    let mut limits = BTreeMap::new();
-    for r in v["rows"].as_array().ok_or(format!("{BASELINE}: no rows"))? {
-        let (Some(row), Some(per_op)) = (r["row"].as_str(), r["instructions_per_op"].as_f64())
-        else {
-            return Err(format!("{BASELINE}: malformed row {r}"));
-        };
-        let rustc = r["rustc"].as_str().unwrap_or("unknown").to_string();
-        limits.insert(row.to_string(), Limit { per_op, rustc });
-    }
-    Ok(limits)
 }
 
 fn write_baseline(measured: &[(&str, f64)], rustc: &str, valgrind: &str) -> Result<(), String> {
@@ -423,79 +402,42 @@ fn main() -> ExitCode {
             Err(e) => problems.push(e),
         }
     }
-    let limits = load_baseline().unwrap_or_else(|e| {
+    let limits = gate::load(&baseline_path(), "rustc").unwrap_or_else(|e| {
         problems.push(format!("baseline: {e}"));
         BTreeMap::new()
     });
-
-    let mut table = String::new();
-    let _ = writeln!(
-        table,
-        "{:<30} {:>12} {:>12} {:>9}  status",
-        "row", "limit", "instr/op", "vs limit"
+    let rules = gate::Rules {
+        tolerance: TOLERANCE,
+        improved: IMPROVED,
+        baseline: BASELINE,
+        rewrite_hint: "B2_WRITE_BASELINE=1 adds it",
+        toolchain: &rustc,
+    };
+    let all: Vec<String> = ROWS.iter().map(|&(r, _)| r.to_string()).collect();
+    let named: Vec<(String, f64)> = measured.iter().map(|&(r, p)| (r.to_string(), p)).collect();
+    let verdict = gate::check(
+        &named,
+        &limits,
+        filter.is_none().then_some(&all[..]),
+        &rules,
     );
-    let mut improved = Vec::new();
-    let mut json_rows = Vec::new();
-    let mut mismatched_rustc = false;
-    for &(row, per_op) in &measured {
-        let limit = limits.get(row);
-        let delta = limit.map(|l| per_op / l.per_op - 1.0);
-        let status = match delta {
-            None => {
-                problems.push(format!(
-                    "{row}: no limit in {BASELINE} (B2_WRITE_BASELINE=1 adds it)"
-                ));
-                "NO LIMIT"
-            }
-            Some(d) if d > TOLERANCE => {
-                problems.push(format!(
-                    "{row}: {per_op:.2} instructions/op, {:+.2} % over the limit {:.2}",
-                    d * 100.0,
-                    limit.map_or(0.0, |l| l.per_op)
-                ));
-                "OVER"
-            }
-            Some(d) if d < -IMPROVED => {
-                improved.push(format!(
-                    "{row}: {per_op:.2} instructions/op, {:.2} % under the limit {:.2}",
-                    -d * 100.0,
-                    limit.map_or(0.0, |l| l.per_op)
-                ));
-                "improved"
-            }
-            Some(_) => "ok",
-        };
-        if limit.is_some_and(|l| l.rustc != rustc) {
-            mismatched_rustc = true;
-        }
-        let _ = writeln!(
-            table,
-            "{row:<30} {:>12} {per_op:>12.2} {:>9}  {status}",
-            limit.map_or("-".to_string(), |l| format!("{:.2}", l.per_op)),
-            delta.map_or("-".to_string(), |d| format!("{:+.2}%", d * 100.0)),
-        );
-        let c = counts[row];
-        json_rows.push(json!({
-            "row": row,
-            "instructions_per_op": per_op,
-            "limit": limit.map(|l| l.per_op),
-            "vs_limit_pct": delta.map(|d| d * 100.0),
-            "status": status,
-            "loop_instructions": [c.first, c.second],
-        }));
-    }
-    if filter.is_none() {
-        for &(row, _) in ROWS {
-            if !measured.iter().any(|&(r, _)| r == row) {
-                problems.push(format!("row {row} is missing"));
-            }
-        }
-        for row in limits.keys() {
-            if !ROWS.iter().any(|&(r, _)| r == row) {
-                problems.push(format!("{BASELINE} has a limit for unknown row {row}"));
-            }
-        }
-    }
+    problems.extend(verdict.problems.iter().cloned());
+    let json_rows: Vec<Value> = verdict
+        .rows
+        .iter()
+        .map(|c| {
+            let n = counts[c.row.as_str()];
+            json!({
+                "row": c.row,
+                "instructions_per_op": c.per_op,
+                "limit": c.limit,
+                "vs_limit_pct": c.delta.map(|d| d * 100.0),
+                "status": c.status,
+                "loop_instructions": [n.first, n.second],
+            })
+        })
+        .collect();
+    let mut table = String::new();
 
     let per = |name: &str| measured.iter().find(|&&(r, _)| r == name).map(|m| m.1);
     let mut flat = Value::Null;
@@ -521,16 +463,9 @@ fn main() -> ExitCode {
         flat = json!({"rows": [FLAT_ROWS.0, FLAT_ROWS.1], "ratio": ratio, "bound": FLAT, "held": held});
     }
 
+    verdict.print(&rules);
     print!("{table}");
-    for i in &improved {
-        println!("IMPROVED (tighten the limit in {BASELINE}): {i}");
-    }
     println!("rustc: {rustc}; {valgrind}; host: {}", aimdb_bench::host());
-    if mismatched_rustc {
-        println!(
-            "note: some limits were recorded with another rustc (see {BASELINE}); counts depend on the compiler"
-        );
-    }
     if filter.is_none() {
         let doc = json!({
             "bench": "b2_instructions",
@@ -559,7 +494,7 @@ fn main() -> ExitCode {
         for p in &problems {
             eprintln!("FAIL: {p}");
         }
-        if mismatched_rustc {
+        if verdict.other_toolchain {
             eprintln!("(limits were recorded with another rustc than {rustc})");
         }
         println!(

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 pub mod callgrind;
 pub mod fixtures;
+pub mod gate;
 pub mod timing;
 
 /// `target/bench-results/` at the workspace root (or under

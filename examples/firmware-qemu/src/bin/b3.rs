@@ -1,0 +1,494 @@
+//! b3_on_target: instructions per operation on the Cortex-M itself.
+//!
+//! Run under QEMU with `-icount shift=0,sleep=off`: virtual time then
+//! advances exactly 1 ns per executed instruction, so SysTick (free-running
+//! on the core clock, no interrupt) counts instructions, identically on an
+//! idle or a loaded host. Each row runs a warm-up, then [`OPS`] and
+//! `2 * OPS` operations; the difference of the two tick counts over `OPS`
+//! operations cancels the set-up and the timer reads. A calibration row
+//! runs [`spin`] (a two-instruction `subs`/`bne` loop of our own) for `CAL`
+//! and `2 * CAL` iterations: `2 * CAL` instructions apart, which gives the
+//! ticks per instruction without assuming the board's clock (QEMU's
+//! lm3s6965evb runs SysTick at 12.5 MHz, 80 instructions per tick).
+//!
+//! Output over semihosting, one line per row, raw counts only (the host
+//! runner, `aimdb-bench`'s `b3_on_target`, does the arithmetic and the
+//! gate):
+//!
+//! ```text
+//! B3CAL <instructions between the two> <ticks for cal> <ticks for 2*cal>
+//! B3 <row> <ops> <ticks for ops> <ticks for 2*ops>
+//! B3END <rows>
+//! ```
+//!
+//! The record rows use the demo device's own records (`app::READINGS`,
+//! `app::STATUS`, `app::CMD`); the routing rows mirror b2's host fixtures
+//! (8 routes over `Latest<u32>`, the same topics), so the two can be read
+//! side by side. The transport's waker is a no-op waker: the parked row
+//! counts the readiness hand-over, not an executor's enqueue.
+#![no_std]
+#![no_main]
+
+use core::fmt::Write as _;
+use core::future::Future;
+use core::hint::black_box;
+use core::pin::pin;
+use core::task::{Context, Poll, Waker};
+
+use aimdb_connectors::framed::frame::{self, Decoder, Event};
+use aimdb_core::codec::{Encode, Postcard};
+use aimdb_core::inbound::{Dispatch, KeyedLink, Link as InLink};
+use aimdb_core::outbound::{Link as OutLink, Routes, TopicWriter, Written};
+use aimdb_core::record::{Keyed, Latest, Record, Ring};
+use aimdb_core::sync::Readiness;
+use cortex_m::peripheral::syst::SystClkSource;
+use cortex_m::peripheral::SYST;
+use cortex_m_rt::{entry, exception, ExceptionFrame};
+use cortex_m_semihosting::hprintln;
+use device_protocol::{Command, Reading, Status};
+use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+use firmware_qemu::app;
+
+/// Uncounted operations before the measured batches.
+const WARMUP: usize = 64;
+/// Operations in the first batch (the second runs twice as many); a
+/// multiple of 8, the period of every row's inputs.
+const OPS: usize = 4096;
+/// Calibration: iterations of [`spin`] in the first batch.
+const CAL: u32 = 1 << 21;
+
+/// The record every routing fixture uses (b2's `Rec`, with the firmware's
+/// mutex).
+type Rec = Record<Cs, Latest<u32>, 1>;
+type KeyTable = Keyed<Cs, Latest<u32>, 4, 1>;
+
+static IN_RECS: [Rec; 8] = [const { Record::new("b3/in") }; 8];
+static OUT_RECS: [Rec; 8] = [const { Record::new("b3/out") }; 8];
+static WRITTEN_REC: Rec = Record::new("b3/written");
+static KEYED: [KeyTable; 8] = [const { Keyed::new("b3/fleet") }; 8];
+/// The demo's `Ring`, with room for four readers (the upstream figure).
+static RING4: Record<Cs, Ring<Reading, { app::READINGS_DEPTH }>, 4> = Record::new("b3/ring4");
+static READY_STATIC: Readiness<1> = Readiness::new();
+static READY_WRITTEN: Readiness<1> = Readiness::new();
+
+const EXACT: [&str; 8] = [
+    "dev/0000/value",
+    "dev/0001/value",
+    "dev/0002/value",
+    "dev/0003/value",
+    "dev/0004/value",
+    "dev/0005/value",
+    "dev/0006/value",
+    "dev/0007/value",
+];
+const PATTERN_FILTERS: [&str; 8] = [
+    "site/0000/+/temp",
+    "site/0001/+/temp",
+    "site/0002/+/temp",
+    "site/0003/+/temp",
+    "site/0004/+/temp",
+    "site/0005/+/temp",
+    "site/0006/+/temp",
+    "site/0007/+/temp",
+];
+const PATTERN_TOPICS: [&str; 8] = [
+    "site/0000/room/temp",
+    "site/0001/room/temp",
+    "site/0002/room/temp",
+    "site/0003/room/temp",
+    "site/0004/room/temp",
+    "site/0005/room/temp",
+    "site/0006/room/temp",
+    "site/0007/room/temp",
+];
+const KEYED_FILTERS: [&str; 8] = [
+    "fleet/0000/+/v",
+    "fleet/0001/+/v",
+    "fleet/0002/+/v",
+    "fleet/0003/+/v",
+    "fleet/0004/+/v",
+    "fleet/0005/+/v",
+    "fleet/0006/+/v",
+    "fleet/0007/+/v",
+];
+const KEYED_TOPICS: [&str; 8] = [
+    "fleet/0000/dev1/v",
+    "fleet/0001/dev1/v",
+    "fleet/0002/dev1/v",
+    "fleet/0003/dev1/v",
+    "fleet/0004/dev1/v",
+    "fleet/0005/dev1/v",
+    "fleet/0006/dev1/v",
+    "fleet/0007/dev1/v",
+];
+const OUT_TOPICS: [&str; 8] = [
+    "out/0", "out/1", "out/2", "out/3", "out/4", "out/5", "out/6", "out/7",
+];
+/// The framed rows' topics, `dev/{k}/value` (11 bytes, as in b2).
+const FRAME_TOPICS: [&str; 8] = [
+    "dev/0/value",
+    "dev/1/value",
+    "dev/2/value",
+    "dev/3/value",
+    "dev/4/value",
+    "dev/5/value",
+    "dev/6/value",
+    "dev/7/value",
+];
+
+/// The value written by operation `i`: period 8, two postcard bytes.
+fn value(i: usize) -> u32 {
+    1000 + (i % 8) as u32
+}
+
+/// SysTick counts down from 2^24 - 1 on the core clock.
+fn now() -> u32 {
+    SYST::get_current()
+}
+
+fn elapsed(from: u32, to: u32) -> u32 {
+    from.wrapping_sub(to) & 0x00FF_FFFF
+}
+
+/// Ticks for operations `from .. from + n`.
+fn batch(op: &mut impl FnMut(usize), from: usize, n: usize) -> u32 {
+    let t0 = now();
+    for i in from..from + n {
+        op(i);
+    }
+    elapsed(t0, now())
+}
+
+/// Warms up, runs the two batches, prints the row.
+fn row(name: &str, mut op: impl FnMut(usize)) {
+    batch(&mut op, 0, WARMUP);
+    let small = batch(&mut op, WARMUP, OPS);
+    let large = batch(&mut op, WARMUP + OPS, 2 * OPS);
+    hprintln!("B3 {} {} {} {}", name, OPS, small, large);
+}
+
+/// Executes exactly `2 * n` instructions for `n >= 1`: `n` times `subs`
+/// and `bne` (a count of ours, not a library's, so it cannot change under
+/// us).
+#[inline(never)]
+fn spin(n: u32) {
+    // SAFETY: a register-only loop: it reads and writes no memory and no
+    // stack (`nomem, nostack`), and clobbers only its own register (declared
+    // as `inout`, discarded) and the flags (not preserved by default).
+    unsafe {
+        core::arch::asm!(
+            ".p2align 2",
+            "2:",
+            "subs {0}, #1",
+            "bne 2b",
+            inout(reg) n => _,
+            options(nomem, nostack),
+        );
+    }
+}
+
+fn calibrate() {
+    let run = |n: u32| {
+        let t0 = now();
+        spin(n);
+        elapsed(t0, now())
+    };
+    run(CAL); // as every row, one uncounted round first
+    let small = run(CAL);
+    let large = run(2 * CAL);
+    // spin(2 * CAL) runs 2 * CAL more instructions than spin(CAL).
+    hprintln!("B3CAL {} {} {}", 2 * CAL, small, large);
+}
+
+/// Polls `fut` once with a no-op waker; it must be ready.
+fn ready<F: Future>(fut: F) -> F::Output {
+    let mut cx = Context::from_waker(Waker::noop());
+    match pin!(fut).poll(&mut cx) {
+        Poll::Ready(v) => v,
+        Poll::Pending => fail("expected a ready future"),
+    }
+}
+
+fn written(v: &u32, w: &mut TopicWriter<'_>) -> core::fmt::Result {
+    write!(w, "dev/{}/value", v % 100)
+}
+
+#[entry]
+fn main() -> ! {
+    let Some(p) = cortex_m::Peripherals::take() else {
+        fail("peripherals taken")
+    };
+    let mut syst = p.SYST;
+    syst.set_clock_source(SystClkSource::Core);
+    syst.set_reload(0x00FF_FFFF);
+    syst.clear_current();
+    syst.enable_counter();
+
+    let mut payload = [0u8; 8];
+    let Ok(n) = Postcard.encode(&0x0101_0101u32, &mut payload) else {
+        fail("payload")
+    };
+    let payload = &payload[..n];
+
+    calibrate();
+    records();
+    inbound(payload);
+    outbound();
+    framed(payload);
+    hprintln!("B3END");
+    firmware_qemu::exit(cortex_m_semihosting::debug::EXIT_SUCCESS)
+}
+
+/// The record paths alone: one write and the read that sees it.
+fn records() {
+    let Ok(mut status) = app::STATUS.subscribe() else {
+        fail("status reader")
+    };
+    row("latest_write_read", |i| {
+        app::STATUS.write(Status {
+            led: i & 1 == 1,
+            interval_ms: 100,
+            commands: value(i),
+            last_ping: 7,
+        });
+        let Ok(s) = status.try_recv() else {
+            fail("latest value")
+        };
+        black_box(s);
+    });
+    drop(status);
+
+    let Ok(mut readings) = app::READINGS.subscribe() else {
+        fail("ring reader")
+    };
+    row("ring_write_read", |i| {
+        app::READINGS.write(Reading {
+            seq: value(i),
+            centi_celsius: 2100,
+        });
+        let Ok(r) = readings.try_recv() else {
+            fail("ring value")
+        };
+        black_box(r);
+    });
+    drop(readings);
+
+    let Ok(mut cmds) = app::CMD.subscribe() else {
+        fail("mailbox reader")
+    };
+    row("mailbox_write_take", |i| {
+        app::CMD.write(Command::Ping(value(i)));
+        let Ok(c) = cmds.try_recv() else {
+            fail("mailbox value")
+        };
+        black_box(c);
+    });
+    drop(cmds);
+
+    let mut readers = [const { None }; 4];
+    for r in readers.iter_mut() {
+        *r = RING4.subscribe().ok();
+    }
+    row("ring_write_read_4_readers", |i| {
+        RING4.write(Reading {
+            seq: value(i),
+            centi_celsius: 2100,
+        });
+        for r in readers.iter_mut() {
+            let Some(Ok(v)) = r.as_mut().map(|r| r.try_recv()) else {
+                fail("ring4 value")
+            };
+            black_box(v);
+        }
+    });
+}
+
+fn inbound(payload: &[u8]) {
+    let exact_links: [InLink<'static, Rec, Postcard, u32>; 8] =
+        core::array::from_fn(|k| InLink::new(&IN_RECS[k], Postcard));
+    let mut b = Dispatch::<8, 26>::builder();
+    for (t, l) in EXACT.iter().zip(&exact_links) {
+        b.link(t, l);
+    }
+    let Ok(mut d) = b.build() else {
+        fail("exact table")
+    };
+    row("inbound_dispatch", |i| {
+        if d.dispatch(EXACT[i % 8].as_bytes(), payload).is_err() {
+            fail("exact hit");
+        }
+    });
+
+    let mut b = Dispatch::<8, 26>::builder();
+    for (t, l) in PATTERN_FILTERS.iter().zip(&exact_links) {
+        b.link(t, l);
+    }
+    let Ok(mut d) = b.build() else {
+        fail("pattern table")
+    };
+    row("inbound_dispatch_pattern", |i| {
+        if d.dispatch(PATTERN_TOPICS[i % 8].as_bytes(), payload)
+            .is_err()
+        {
+            fail("pattern hit");
+        }
+    });
+
+    let keyed_links: [KeyedLink<'static, KeyTable, Postcard, u32>; 8] =
+        core::array::from_fn(|k| KeyedLink::new(&KEYED[k], Postcard));
+    let mut b = Dispatch::<8, 26>::builder();
+    for (t, l) in KEYED_FILTERS.iter().zip(&keyed_links) {
+        b.link_keyed(t, 2, l);
+    }
+    let Ok(mut d) = b.build() else {
+        fail("keyed table")
+    };
+    for t in KEYED_TOPICS {
+        if d.dispatch(t.as_bytes(), payload).is_err() {
+            fail("claim the known key");
+        }
+    }
+    row("inbound_dispatch_keyed_known", |i| {
+        if d.dispatch(KEYED_TOPICS[i % 8].as_bytes(), payload).is_err() {
+            fail("known key");
+        }
+    });
+}
+
+/// Runs `f` on a fresh table of 8 static-topic routes over [`OUT_RECS`]
+/// with nothing ready (b2's `outbound_static(8)`): each row starts from
+/// the same cursor.
+fn static_table(f: impl FnOnce(&mut Routes<'_, &'static Readiness<1>, 1, 8>)) {
+    let mut links: [_; 8] = core::array::from_fn(|k| {
+        let Ok(r) = OUT_RECS[k].subscribe() else {
+            fail("out reader")
+        };
+        OutLink::new(r, OUT_TOPICS[k], Postcard)
+    });
+    let (mut scratch, mut topic) = ([0x5au8; 64], [0x5au8; 64]);
+    let mut b = Routes::<_, 1, 8>::builder(&READY_STATIC, &mut scratch, &mut topic);
+    for l in links.iter_mut() {
+        b.link(l);
+    }
+    let Ok(mut routes) = b.build() else {
+        fail("outbound table")
+    };
+    // The build marks every route ready once.
+    let mut cx = Context::from_waker(Waker::noop());
+    while routes.poll_next(&mut cx).is_ready() {}
+    f(&mut routes);
+}
+
+fn outbound() {
+    static_table(|routes| {
+        row("outbound_next_static_topic", |i| {
+            OUT_RECS[0].write(value(i));
+            let m = ready(routes.next());
+            if m.route != 0 {
+                fail("route 0");
+            }
+            black_box(m.payload);
+        })
+    });
+    static_table(|routes| {
+        row("outbound_next_round_robin", |i| {
+            if i % 8 == 0 {
+                for (k, r) in OUT_RECS.iter().enumerate() {
+                    r.write(value(i + k));
+                }
+            }
+            let m = ready(routes.next());
+            if m.route != i % 8 {
+                fail("served in rotation");
+            }
+            black_box(m.payload);
+        })
+    });
+    static_table(|routes| {
+        row("outbound_next_parked", |i| {
+            let mut cx = Context::from_waker(Waker::noop());
+            let mut pull = pin!(routes.next());
+            if pull.as_mut().poll(&mut cx).is_ready() {
+                fail("parks");
+            }
+            OUT_RECS[3].write(value(i));
+            let Poll::Ready(m) = pull.as_mut().poll(&mut cx) else {
+                fail("ready after the wake")
+            };
+            if m.route != 3 {
+                fail("route 3");
+            }
+            black_box(m.payload);
+        })
+    });
+
+    type WrittenFn = fn(&u32, &mut TopicWriter<'_>) -> core::fmt::Result;
+    let Ok(r) = WRITTEN_REC.subscribe() else {
+        fail("written reader")
+    };
+    let mut link = OutLink::new(r, Written(written as WrittenFn), Postcard);
+    let (mut scratch, mut topic) = ([0x5au8; 64], [0x5au8; 64]);
+    let mut b = Routes::<_, 1, 1>::builder(&READY_WRITTEN, &mut scratch, &mut topic);
+    b.link(&mut link);
+    let Ok(mut routes) = b.build() else {
+        fail("written table")
+    };
+    row("outbound_next_written_topic", |i| {
+        WRITTEN_REC.write(value(i));
+        let m = ready(routes.next());
+        if !m.topic.starts_with("dev/") {
+            fail("written topic");
+        }
+        black_box(m.payload);
+    });
+}
+
+fn framed(payload: &[u8]) {
+    let mut out = [0x5au8; 64];
+    row("framed_encode", |i| {
+        let Ok(n) = frame::encode(FRAME_TOPICS[i % 8], payload, &mut out) else {
+            fail("fits")
+        };
+        black_box(&out[..n]);
+    });
+
+    let mut frames = [([0u8; 32], 0usize); 8];
+    for (k, (buf, len)) in frames.iter_mut().enumerate() {
+        let Ok(n) = frame::encode(FRAME_TOPICS[k], payload, buf) else {
+            fail("fits")
+        };
+        *len = n;
+    }
+    let mut decoder = Decoder::<64>::new();
+    row("framed_decode", |i| {
+        let (buf, len) = &frames[i % 8];
+        match decoder.push(&buf[..*len]) {
+            Event::Frame(f, n) if n == *len => {
+                black_box(f);
+            }
+            _ => fail("expected one whole frame"),
+        }
+    });
+}
+
+fn fail(what: &str) -> ! {
+    hprintln!("b3: {}", what);
+    firmware_qemu::fail()
+}
+
+#[exception]
+unsafe fn DefaultHandler(irqn: i16) {
+    firmware_qemu::on_interrupt(irqn);
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    hprintln!("PANIC {}", info);
+    fail("panic")
+}
+
+#[exception]
+unsafe fn HardFault(ef: &ExceptionFrame) -> ! {
+    hprintln!("HARDFAULT {:?}", ef);
+    fail("hard fault")
+}
