@@ -408,3 +408,76 @@ async fn missed_ping_response_and_missing_connack_lead_to_reconnect() {
     })
     .await;
 }
+
+/// A broker that stops acknowledging: with a QoS 1 publish unacknowledged,
+/// its silence drops the connection after the acknowledgement timeout
+/// (keep-alive is off, so nothing else could), and on the resumed session
+/// the publish goes out again with the DUP flag. Played by a hand-written
+/// listener: mosquitto always acknowledges.
+#[tokio::test]
+async fn silent_broker_with_a_publish_unacknowledged_is_dropped_and_the_publish_resent() {
+    const CONNECT: u8 = 0x10;
+    const CLEAN_START: u8 = 0x02;
+    const PUBLISH_QOS1: u8 = 0x32;
+    const DUP: u8 = 0x08;
+    // MQTT 5 CONNACK: session present or not, success, no properties.
+    const CONNACK_FRESH: [u8; 5] = [0x20, 0x03, 0x00, 0x00, 0x00];
+    const CONNACK_RESUMED: [u8; 5] = [0x20, 0x03, 0x01, 0x00, 0x00];
+    static READY: Readiness<1> = Readiness::new();
+    static TEMP: Record<Cs, Latest<u32>, 1> = Record::new("temp");
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
+    let mut temp = OutLink::new(TEMP.subscribe().unwrap(), "t/x", Postcard);
+    let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
+    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic);
+    b.link(&mut temp);
+    let mut routes = b.build().unwrap();
+    let counters = Counters::new();
+    let (mut rx, mut tx) = ([0u8; 256], [0u8; 512]);
+    let mut c = config("aimdb-silent");
+    c.keep_alive_secs = 0;
+    c.ack_timeout_ms = 300;
+    c.session_expiry_secs = 60;
+    c.publish_qos = RouteQos::All(QoS::AtLeastOnce);
+    let mut mqtt = connector(c, &mut rx, &mut tx, tcp(port), &counters);
+    // The CONNECT flags byte: after the protocol name (2 + 4 bytes) and
+    // the version.
+    let flags = |body: &[u8]| body[7];
+
+    alongside(mqtt.run(&mut inbound, &mut routes), async {
+        let (mut first, _) = within("connection 1", listener.accept()).await.unwrap();
+        let (kind, body) = within("CONNECT", read_packet(&mut first)).await;
+        assert_eq!(kind & 0xf0, CONNECT);
+        assert_ne!(
+            flags(&body) & CLEAN_START,
+            0,
+            "first connection starts clean"
+        );
+        first.write_all(&CONNACK_FRESH).await.unwrap();
+        until("connected", || counters.is_connected()).await;
+        // The build marked the route ready: its first value goes now.
+        TEMP.write(7);
+        let (kind, _) = within("PUBLISH", read_packet(&mut first)).await;
+        assert_eq!(kind & !DUP, PUBLISH_QOS1);
+        // No PUBACK, no PINGRESP: silence.
+        until("the silence to drop the connection", || {
+            !counters.is_connected()
+        })
+        .await;
+        assert_eq!(counters.ack_timeouts(), 1);
+
+        let (mut second, _) = within("connection 2", listener.accept()).await.unwrap();
+        let (kind, body) = within("CONNECT", read_packet(&mut second)).await;
+        assert_eq!(kind & 0xf0, CONNECT);
+        assert_eq!(flags(&body) & CLEAN_START, 0, "resumes the session");
+        second.write_all(&CONNACK_RESUMED).await.unwrap();
+        let (kind, body) = within("the PUBLISH again", read_packet(&mut second)).await;
+        assert_eq!(kind, PUBLISH_QOS1 | DUP, "resent with DUP");
+        assert_eq!(&body[2..5], b"t/x");
+        until("reconnected", || counters.reconnects() == 1).await;
+        drop(first);
+    })
+    .await;
+}

@@ -19,6 +19,7 @@ pub struct Counters {
     dropped: AtomicU32,
     reconnects: AtomicU32,
     connect_failures: AtomicU32,
+    ack_timeouts: AtomicU32,
     connected: AtomicBool,
 }
 
@@ -42,6 +43,10 @@ pub struct Snapshot {
     /// Connection attempts that failed (TCP connect, MQTT handshake,
     /// subscription, or the connect timeout).
     pub connect_failures: u32,
+    /// Connections dropped because the broker stayed silent past the
+    /// acknowledgement timeout with publishes unacknowledged
+    /// ([`Config::ack_timeout_ms`](super::Config::ack_timeout_ms)).
+    pub ack_timeouts: u32,
     /// Whether the connector is connected and subscribed right now.
     pub connected: bool,
 }
@@ -56,6 +61,7 @@ impl Counters {
             dropped: AtomicU32::new(0),
             reconnects: AtomicU32::new(0),
             connect_failures: AtomicU32::new(0),
+            ack_timeouts: AtomicU32::new(0),
             connected: AtomicBool::new(false),
         }
     }
@@ -90,6 +96,12 @@ impl Counters {
         self.connect_failures.load(Ordering::Relaxed)
     }
 
+    /// Connections dropped by the acknowledgement timeout; see
+    /// [`Snapshot::ack_timeouts`].
+    pub fn ack_timeouts(&self) -> u32 {
+        self.ack_timeouts.load(Ordering::Relaxed)
+    }
+
     /// Whether connected and subscribed right now.
     pub fn is_connected(&self) -> bool {
         self.connected.load(Ordering::Acquire)
@@ -104,6 +116,7 @@ impl Counters {
             dropped: self.dropped(),
             reconnects: self.reconnects(),
             connect_failures: self.connect_failures(),
+            ack_timeouts: self.ack_timeouts(),
             connected: self.is_connected(),
         }
     }
@@ -125,6 +138,9 @@ impl Counters {
     }
     pub(super) fn bump_connect_failures(&self) {
         bump(&self.connect_failures);
+    }
+    pub(super) fn bump_ack_timeouts(&self) {
+        bump(&self.ack_timeouts);
     }
     pub(super) fn set_connected(&self, on: bool) {
         self.connected.store(on, Ordering::Release);

@@ -13,7 +13,9 @@
 //! - it subscribes to exactly the filters [`FrameSink::for_each_filter`]
 //!   yields (wildcards included), waiting for each SUBACK;
 //! - keep-alive PINGREQs go out while idle; a missed PINGRESP, EOF, an I/O
-//!   error or a broker DISCONNECT drops the connection;
+//!   error, a broker DISCONNECT, or a broker silent past
+//!   [`Config::ack_timeout_ms`] while publishes await acknowledgement drops
+//!   the connection;
 //! - after a drop it reconnects with bounded exponential [`Backoff`]
 //!   (limited or disabled by [`Reconnect`]), resubscribes, re-sends a
 //!   message whose publish the drop interrupted, and calls
@@ -206,6 +208,14 @@ pub struct Config<'a> {
     /// Bound on opening the transport plus the MQTT handshake plus the
     /// subscriptions, in milliseconds.
     pub connect_timeout_ms: u32,
+    /// While QoS 1/2 publishes await acknowledgement, the longest the
+    /// broker may stay silent (no ack, publish or PINGRESP) before the
+    /// connection is taken for dead and reconnected, in milliseconds; 0
+    /// disables it. Keep-alive does not cover this case: while the
+    /// connector publishes, no PINGREQ is due. It matters most on streams
+    /// that cannot report a close (a UART bridged to TCP, a half-open
+    /// socket). Counted in [`Snapshot::ack_timeouts`].
+    pub ack_timeout_ms: u32,
     /// Waits between connection attempts.
     pub backoff: Backoff,
     /// Whether to reconnect after a failure or a drop.
@@ -214,22 +224,34 @@ pub struct Config<'a> {
     pub publish_qos: RouteQos<'a>,
     /// Maximum QoS requested for every subscription.
     pub subscribe_qos: QoS,
+    /// MQTT 5 session expiry in seconds after a drop; 0 (the default) is
+    /// a clean session that ends with the connection.
+    ///
+    /// Non-zero, with a broker that keeps sessions (across its own restart
+    /// too, if it persists them), a reconnect resumes the session: the
+    /// broker kept the subscriptions and what it queued for them at QoS
+    /// 1/2, and the QoS 1/2 publishes still unacknowledged at the drop are
+    /// sent again (with the DUP flag) instead of being lost. The first
+    /// connection after boot starts clean all the same.
+    pub session_expiry_secs: u32,
 }
 
 impl<'a> Config<'a> {
     /// Defaults: no credentials, keep-alive 30 s, connect timeout 5 s,
-    /// backoff 100 ms … 5 s, reconnect for ever, publish at QoS 0,
-    /// subscribe at up to QoS 1.
+    /// acknowledgement timeout 10 s, backoff 100 ms … 5 s, reconnect for ever, publish at QoS 0,
+    /// subscribe at up to QoS 1, clean sessions.
     pub const fn new(client_id: &'a str) -> Self {
         Self {
             client_id,
             credentials: None,
             keep_alive_secs: 30,
             connect_timeout_ms: 5_000,
+            ack_timeout_ms: 10_000,
             backoff: Backoff::DEFAULT,
             reconnect: Reconnect::Always,
             publish_qos: RouteQos::All(QoS::AtMostOnce),
             subscribe_qos: QoS::AtLeastOnce,
+            session_expiry_secs: 0,
         }
     }
 }
@@ -242,10 +264,12 @@ impl fmt::Debug for Config<'_> {
             .field("user", &self.credentials.map(|(user, _)| user))
             .field("keep_alive_secs", &self.keep_alive_secs)
             .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("ack_timeout_ms", &self.ack_timeout_ms)
             .field("backoff", &self.backoff)
             .field("reconnect", &self.reconnect)
             .field("publish_qos", &self.publish_qos)
             .field("subscribe_qos", &self.subscribe_qos)
+            .field("session_expiry_secs", &self.session_expiry_secs)
             .finish()
     }
 }
@@ -346,6 +370,7 @@ impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
             .client_id(config.client_id)
             .map_err(map)?
             .keepalive_interval(config.keep_alive_secs)
+            .session_expiry_interval(config.session_expiry_secs)
             // A route's QoS above the broker's maximum is sent at the
             // maximum rather than refused.
             .autodowngrade_qos();

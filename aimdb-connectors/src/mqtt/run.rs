@@ -6,7 +6,8 @@ use core::task::Poll;
 use aimdb_core::inbound::FrameSink;
 use aimdb_core::outbound::{self, MessageSource};
 use aimdb_core::topic::MAX_TOPIC_LEN;
-use embassy_futures::select::{select, Either};
+use embassy_futures::select::{select, select3, Either, Either3};
+use embassy_time::{Duration, Instant, Timer};
 use embedded_hal_async::delay::DelayNs;
 use minimq::{
     ConnectEvent, Connection, Io, PubError, Publication, ResourceError, SubscriptionOptions,
@@ -17,6 +18,57 @@ use super::{Config, Connect, Counters, Mqtt, QoS, Stopped};
 
 /// The connection is gone (or never came up); reconnect.
 struct Dropped;
+
+/// The acknowledgement timeout: while QoS 1/2 publishes wait for their
+/// acknowledgement, the broker must send *something* (an ack, a publish, a
+/// PINGRESP) at least every `timeout`, or the connection is taken for dead.
+///
+/// Keep-alive alone does not notice a dead link while we publish: every
+/// write counts as activity, so no PINGREQ goes out until the in-flight
+/// window is full and then the PINGRESP wait is minimq's fixed 5 s. On a
+/// stream that cannot report a close (a UART bridged to TCP, a half-open
+/// socket) that is several seconds of values written into nothing.
+struct Liveness {
+    timeout: Option<Duration>,
+    /// Since when acknowledgements have been owed with nothing heard.
+    owed_since: Option<Instant>,
+}
+
+impl Liveness {
+    fn new(config: &Config<'_>) -> Self {
+        Self {
+            timeout: (config.ack_timeout_ms > 0)
+                .then(|| Duration::from_millis(u64::from(config.ack_timeout_ms))),
+            owed_since: None,
+        }
+    }
+
+    /// Something arrived from the broker.
+    fn heard(&mut self) {
+        if self.owed_since.is_some() {
+            self.owed_since = Some(Instant::now());
+        }
+    }
+
+    /// Call after each publish and each received packet: starts or stops
+    /// the clock as acknowledgements become owed or settled.
+    fn update<IO: Io>(&mut self, conn: &Connection<'_, '_, IO>) {
+        if conn.session().is_publish_quiescent() {
+            self.owed_since = None;
+        } else if self.owed_since.is_none() {
+            self.owed_since = Some(Instant::now());
+        }
+    }
+
+    /// Resolves when the broker has been silent too long with
+    /// acknowledgements owed; never while none are owed.
+    async fn expired(&self) {
+        match (self.timeout, self.owed_since) {
+            (Some(t), Some(since)) => Timer::at(since + t).await,
+            _ => core::future::pending().await,
+        }
+    }
+}
 
 pub(super) async fn run<C, D, S, M>(
     mqtt: &mut Mqtt<'_, C, D>,
@@ -85,7 +137,8 @@ where
                     let m = source.message();
                     if !m.topic.is_empty() {
                         let qos = config.publish_qos.get(m.route);
-                        publish(&mut conn, sink, m, qos, counters).await?;
+                        let mut live = Liveness::new(config);
+                        publish(&mut conn, sink, m, qos, counters, &mut live).await?;
                     }
                     retry = false;
                 }
@@ -121,11 +174,26 @@ where
     S: FrameSink + ?Sized,
     M: MessageSource + ?Sized,
 {
+    let mut live = Liveness::new(config);
+    // A resumed session may start with replayed publishes in flight.
+    live.update(conn);
     loop {
         // `poll` first: while records are busy it still runs once per
         // message, so inbound traffic and keep-alive are never starved.
-        // Both futures are cancel-safe; the loser is dropped.
-        match select(conn.poll(), outbound::next(source)).await {
+        // All three futures are cancel-safe; the losers are dropped.
+        let event = select3(conn.poll(), outbound::next(source), live.expired()).await;
+        if let Either3::First(Ok(_)) = event {
+            live.heard();
+        }
+        let event = match event {
+            Either3::First(r) => Either::First(r),
+            Either3::Second(m) => Either::Second(m),
+            Either3::Third(()) => {
+                counters.bump_ack_timeouts();
+                return Err(Dropped);
+            }
+        };
+        match event {
             Either::First(Ok(Some(p))) => {
                 deliver(sink, counters, p.topic(), p.payload());
                 // And outbound is not starved by a busy inbound side: after
@@ -136,7 +204,10 @@ where
                 }
             }
             // Acks, pings: internal progress only.
-            Either::First(Ok(None)) => continue,
+            Either::First(Ok(None)) => {
+                live.update(conn);
+                continue;
+            }
             Either::First(Err(_)) => return Err(Dropped),
             // Taken again below through `message()`, so the borrow of
             // `source` does not outlive this match.
@@ -144,7 +215,10 @@ where
         }
         let m = source.message();
         let qos = config.publish_qos.get(m.route);
-        if publish(conn, sink, m, qos, counters).await.is_err() {
+        if publish(conn, sink, m, qos, counters, &mut live)
+            .await
+            .is_err()
+        {
             *retry = true;
             return Err(Dropped);
         }
@@ -159,6 +233,7 @@ async fn publish<IO, S>(
     m: outbound::Message<'_>,
     qos: QoS,
     counters: &Counters,
+    live: &mut Liveness,
 ) -> Result<(), Dropped>
 where
     IO: Io,
@@ -167,7 +242,7 @@ where
     let q = qos.into();
     loop {
         if !conn.can_publish(q) {
-            progress(conn, sink, counters).await?;
+            progress(conn, sink, counters, Some(live)).await?;
             continue;
         }
         let r = conn
@@ -176,6 +251,7 @@ where
         let e = match r {
             Ok(_) => {
                 counters.bump_published();
+                live.update(conn);
                 return Ok(());
             }
             Err(PubError::Session(e)) => e,
@@ -187,14 +263,14 @@ where
         };
         match e {
             minimq::Error::NotReady | minimq::Error::Resource(ResourceError::InflightExhausted) => {
-                progress(conn, sink, counters).await?;
+                progress(conn, sink, counters, Some(live)).await?;
             }
             // Transient while acknowledged packets still occupy the TX
             // slice; for good once nothing is in flight.
             minimq::Error::Resource(ResourceError::BufferTooSmall)
                 if !conn.session().is_publish_quiescent() =>
             {
-                progress(conn, sink, counters).await?;
+                progress(conn, sink, counters, Some(live)).await?;
             }
             minimq::Error::Resource(_) | minimq::Error::InvalidRequest => {
                 counters.bump_dropped();
@@ -205,24 +281,42 @@ where
     }
 }
 
-/// Waits for any session progress (an ack, a received publish).
+/// Waits for any session progress (an ack, a received publish); with
+/// `live`, gives up when the broker stays silent past the acknowledgement
+/// timeout.
 async fn progress<IO, S>(
     conn: &mut Connection<'_, '_, IO>,
     sink: &mut S,
     counters: &Counters,
+    live: Option<&mut Liveness>,
 ) -> Result<(), Dropped>
 where
     IO: Io,
     S: FrameSink + ?Sized,
 {
-    match conn.poll().await {
+    let polled = match &live {
+        Some(l) => match select(conn.poll(), l.expired()).await {
+            Either::First(r) => r,
+            Either::Second(()) => {
+                counters.bump_ack_timeouts();
+                return Err(Dropped);
+            }
+        },
+        None => conn.poll().await,
+    };
+    let r = match polled {
         Ok(Some(p)) => {
             deliver(sink, counters, p.topic(), p.payload());
             Ok(())
         }
         Ok(None) => Ok(()),
         Err(_) => Err(Dropped),
+    };
+    if let (Ok(()), Some(l)) = (&r, live) {
+        l.heard();
+        l.update(conn);
     }
+    r
 }
 
 /// Subscribes to every filter of `sink`, one SUBSCRIBE each, waiting for
@@ -263,7 +357,7 @@ where
             .await
             .map_err(|_| Dropped)?;
         while conn.is_pending(&op) {
-            progress(conn, sink, counters).await?;
+            progress(conn, sink, counters, None).await?;
         }
         if !conn.is_complete(&op) {
             return Err(Dropped);
