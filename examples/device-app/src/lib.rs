@@ -1,26 +1,32 @@
-//! The demo device: a `Ring` of sensor readings and a `Latest` status go
-//! out, a `Mailbox` of commands comes in, all over one framed-stream
-//! connector on whatever byte stream the binary hands it (UART0 on the
-//! device, an in-memory pipe in the self-test).
+//! The demo device's application (`no_std`, no heap), shared by the QEMU
+//! firmware and the nRF52840 firmware: a `Ring` of sensor readings and a
+//! `Latest` status go out, a `Mailbox` of commands comes in, over one
+//! connector on whatever byte stream the binary hands it: the framed-stream
+//! connector ([`connector`]: UART0 to the gateway, an in-memory pipe in
+//! the self-test) or the MQTT connector ([`mqtt_connector`]: straight to a
+//! broker).
 //!
 //! ```text
 //!  sensor task ──► READINGS (Ring) ──┐
-//!  control task ─► STATUS (Latest) ──┼─► OutboundRoutes ─► framed ─► UART0 TX
-//!  control task ◄── CMD (Mailbox) ◄──┴── InboundDispatch ◄─ framed ◄─ UART0 RX
+//!  control task ─► STATUS (Latest) ──┼─► OutboundRoutes ─► framed | MQTT ─► TX
+//!  link task ───► LINK (Latest) ─────┤   (LINK: MQTT only)
+//!  control task ◄── CMD (Mailbox) ◄──┴── InboundDispatch ◄─ framed | MQTT ◄─ RX
 //! ```
+#![no_std]
 
 use portable_atomic::{AtomicU32, Ordering};
 
 use aimdb_connectors::framed::{self, Framed};
+use aimdb_connectors::mqtt::{self, Mqtt, QoS, Reconnect, RouteQos};
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound::{Dispatch, Link as InLink};
 use aimdb_core::outbound::{Link as OutLink, Routes};
 use aimdb_core::record::{Latest, Mailbox, Record, Ring};
 use aimdb_core::sync::Readiness;
-use device_protocol::{topics, Command, Reading, Status};
+use device_protocol::{topics, Command, LinkStats, Reading, Status};
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
-use embassy_time::Timer;
-use embedded_io_async::{Read, Write};
+use embassy_time::{Delay, Timer};
+use embedded_io_async::{ErrorType, Read, ReadReady, Write};
 
 /// Readings not yet sent; a burst longer than this is reported as lag.
 pub const READINGS_DEPTH: usize = 32;
@@ -36,6 +42,12 @@ static CMD_IN: InLink<'static, Record<Cs, Mailbox<Command>, 1>, Postcard, Comman
 static READY: Readiness<1> = Readiness::new();
 /// Counters of the device link.
 pub static LINK: framed::Stats = framed::Stats::new();
+/// Counters of the MQTT connector ([`mqtt_connector`]).
+pub static MQTT: mqtt::Counters = mqtt::Counters::new();
+/// [`MQTT`]'s counters as a record, published on `dev/link` when they
+/// change ([`link_stats`]).
+pub static LINK_STATS: Record<Cs, Latest<LinkStats>, 1> = Record::new("link");
+static MQTT_READY: Readiness<1> = Readiness::new();
 
 /// Reading interval in milliseconds (changed by `SetInterval`).
 static INTERVAL_MS: AtomicU32 = AtomicU32::new(100);
@@ -74,6 +86,182 @@ pub async fn connector<R: Read, W: Write>(rx: R, tx: W) -> framed::Error {
     };
     let mut framed = Framed::<RX_FRAME, TX_BUF>::new(&LINK);
     framed.run(rx, tx, &mut dispatch, &mut routes).await
+}
+
+/// MQTT session buffers: one inbound packet (a command: topic + a few
+/// bytes), and outbound packets with the QoS 1 publishes awaiting their
+/// PUBACK (a reading packet is about 20 bytes).
+pub const MQTT_RX: usize = 256;
+/// See [`MQTT_RX`].
+pub const MQTT_TX: usize = 1024;
+/// The MQTT client id.
+pub const CLIENT_ID: &str = "aimdb-demo-device";
+/// Keep-alive: a dead broker connection is noticed within about this.
+pub const KEEP_ALIVE_SECS: u16 = 2;
+/// The broker keeps the session this long after a drop.
+pub const SESSION_EXPIRY_SECS: u32 = 300;
+
+/// The MQTT connector's configuration: readings and status at QoS 1,
+/// counters at QoS 0, a session the broker keeps across a drop (so QoS 1
+/// publishes in flight at the drop are sent again, not lost), and
+/// reconnect for ever (feature `no-reconnect`: one connection, to show the
+/// end-to-end run fails without it).
+///
+/// Timeouts are short because a UART cannot report that the TCP
+/// connection behind it closed: a broker silent for 1 s while readings
+/// await their PUBACK is taken for gone, long before the readings `Ring`
+/// ([`READINGS_DEPTH`] readings) overflows.
+pub fn mqtt_config() -> mqtt::Config<'static> {
+    // Route order in `mqtt_connector`: readings, status, link.
+    const QOS: [QoS; 3] = [QoS::AtLeastOnce, QoS::AtLeastOnce, QoS::AtMostOnce];
+    let mut c = mqtt::Config::new(CLIENT_ID);
+    c.keep_alive_secs = KEEP_ALIVE_SECS;
+    c.connect_timeout_ms = 1_000;
+    c.ack_timeout_ms = 1_000;
+    c.backoff = mqtt::Backoff {
+        min_ms: 200,
+        max_ms: 2_000,
+    };
+    c.reconnect = if cfg!(feature = "no-reconnect") {
+        Reconnect::Never
+    } else {
+        Reconnect::Always
+    };
+    c.publish_qos = RouteQos::Table(&QOS);
+    c.session_expiry_secs = SESSION_EXPIRY_SECS;
+    c
+}
+
+/// Runs the MQTT connector (the same `Mqtt::run` a host runs) over the
+/// streams `connect` opens, with the session buffers given. Returns only
+/// when the reconnect policy gives up.
+pub async fn mqtt_connector<C: mqtt::Connect>(
+    connect: C,
+    rx: &mut [u8],
+    tx: &mut [u8],
+) -> mqtt::Stopped {
+    let (Ok(readings), Ok(status), Ok(link)) = (
+        READINGS.subscribe(),
+        STATUS.subscribe(),
+        LINK_STATS.subscribe(),
+    ) else {
+        // As in `connector`: only one connector runs at a time.
+        return mqtt::Stopped::Disconnected;
+    };
+    let mut readings = OutLink::new(readings, topics::READINGS, Postcard);
+    let mut status = OutLink::new(status, topics::STATUS, Postcard);
+    let mut link = OutLink::new(link, topics::LINK, Postcard);
+    // The largest payload is a LinkStats: at most 25 bytes of postcard.
+    let (mut payload, mut topic) = ([0u8; 32], [0u8; 0]);
+    let routes = {
+        let mut b = Routes::<_, 1, 3>::builder(&MQTT_READY, &mut payload, &mut topic);
+        b.link(&mut readings).link(&mut status).link(&mut link);
+        b.build()
+    };
+    let dispatch = {
+        let mut b = Dispatch::<2, 2>::builder();
+        b.link(topics::CMD, &CMD_IN);
+        b.build()
+    };
+    let (Ok(mut routes), Ok(mut dispatch)) = (routes, dispatch) else {
+        return mqtt::Stopped::Disconnected;
+    };
+    let Ok(mut mqtt) = Mqtt::new(mqtt_config(), rx, tx, connect, Delay, &MQTT) else {
+        return mqtt::Stopped::Disconnected;
+    };
+    mqtt.run(&mut dispatch, &mut routes).await
+}
+
+/// Copies [`MQTT`]'s counters into [`LINK_STATS`] when they change
+/// (checked every 200 ms).
+pub async fn link_stats() {
+    let mut last = None;
+    loop {
+        let s = MQTT.snapshot();
+        let now = LinkStats {
+            received: s.received,
+            rejected: s.rejected,
+            published: s.published,
+            reconnects: s.reconnects,
+            connect_failures: s.connect_failures,
+        };
+        // `published` moves with every publish, this one's included:
+        // compare without it, or the record would never settle.
+        let key = (now.received, now.rejected, now.reconnects, now.connect_failures);
+        if last != Some(key) {
+            last = Some(key);
+            LINK_STATS.write(now);
+        }
+        Timer::after_millis(200).await;
+    }
+}
+
+/// A byte stream that is already open — a UART that QEMU bridges to a TCP
+/// socket, or a serial modem in transparent mode — as the MQTT
+/// connector's [`Connect`](mqtt::Connect): each "connection" is the same
+/// two halves, with whatever the previous connection left unread in the
+/// receiver discarded first (a partial packet would be read as the start
+/// of the new one). On a board with a network stack, `Connect` opens an
+/// embassy-net `TcpSocket` instead.
+pub struct SerialConnect<R, W> {
+    rx: R,
+    tx: W,
+}
+
+impl<R: Read + ReadReady, W: Write> SerialConnect<R, W> {
+    /// Wraps the two halves.
+    pub fn new(rx: R, tx: W) -> Self {
+        Self { rx, tx }
+    }
+}
+
+/// One connection of a [`SerialConnect`]: its two halves, borrowed.
+pub struct Serial<'c, R, W> {
+    rx: &'c mut R,
+    tx: &'c mut W,
+}
+
+impl<R: Read, W: Write<Error = R::Error>> ErrorType for Serial<'_, R, W> {
+    type Error = R::Error;
+}
+
+impl<R: Read, W: Write<Error = R::Error>> Read for Serial<'_, R, W> {
+    async fn read(&mut self, buf: &mut [u8]) -> Result<usize, Self::Error> {
+        self.rx.read(buf).await
+    }
+}
+
+impl<R: Read, W: Write<Error = R::Error>> Write for Serial<'_, R, W> {
+    async fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
+        self.tx.write(buf).await
+    }
+
+    async fn flush(&mut self) -> Result<(), Self::Error> {
+        self.tx.flush().await
+    }
+}
+
+impl<R, W> mqtt::Connect for SerialConnect<R, W>
+where
+    R: Read + ReadReady,
+    W: Write<Error = R::Error>,
+{
+    type Connection<'c>
+        = Serial<'c, R, W>
+    where
+        Self: 'c;
+    type Error = R::Error;
+
+    async fn connect(&mut self) -> Result<Serial<'_, R, W>, R::Error> {
+        let mut junk = [0u8; 32];
+        while self.rx.read_ready()? {
+            self.rx.read(&mut junk).await?;
+        }
+        Ok(Serial {
+            rx: &mut self.rx,
+            tx: &mut self.tx,
+        })
+    }
 }
 
 /// Writes a reading every interval: a made-up temperature around 21 °C.
@@ -120,6 +308,12 @@ pub async fn control() {
 #[embassy_executor::task]
 pub async fn sensor_task() {
     sensor().await
+}
+
+/// [`link_stats`] as an embassy task.
+#[embassy_executor::task]
+pub async fn link_stats_task() {
+    link_stats().await
 }
 
 /// [`control`] as an embassy task.

@@ -12,7 +12,8 @@
 //! No heap: no allocator is linked.
 #![no_std]
 
-pub mod app;
+/// The device application, shared with the nRF52840 firmware.
+pub use device_app as app;
 pub mod time;
 pub mod uart;
 

@@ -15,7 +15,7 @@ use core::task::Poll;
 use cortex_m::interrupt::InterruptNumber;
 use cortex_m::peripheral::NVIC;
 use embassy_sync::waitqueue::AtomicWaker;
-use embedded_io_async::{ErrorKind, ErrorType, Read, Write};
+use embedded_io_async::{ErrorKind, ErrorType, Read, ReadReady, Write};
 
 const BASE: usize = 0x4000_C000;
 const DR: usize = 0x00;
@@ -121,6 +121,12 @@ impl Read for Rx {
             Poll::Pending
         })
         .await
+    }
+}
+
+impl ReadReady for Rx {
+    fn read_ready(&mut self) -> Result<bool, ErrorKind> {
+        Ok(read_reg(FR) & FR_RXFE == 0)
     }
 }
 

@@ -37,7 +37,26 @@ pub struct Status {
     pub last_ping: u32,
 }
 
-/// Topics on the device link (and, under a prefix, on MQTT).
+/// Device → host: the MQTT device's connector counters, published when
+/// they change (the framed device has no such record: the gateway counts
+/// its link).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LinkStats {
+    /// Publishes received from the broker.
+    pub received: u32,
+    /// Received publishes rejected (unknown topic, malformed payload, …).
+    pub rejected: u32,
+    /// Messages handed to the broker connection.
+    pub published: u32,
+    /// Successful connections after the first.
+    pub reconnects: u32,
+    /// Failed connection attempts.
+    pub connect_failures: u32,
+}
+
+/// Topics on the device link (and, under a prefix, on MQTT through the
+/// gateway). The MQTT device publishes and subscribes to these same
+/// topics on the broker, postcard payloads as on the framed link.
 pub mod topics {
     /// Readings, device → host.
     pub const READINGS: &str = "dev/readings";
@@ -45,4 +64,6 @@ pub mod topics {
     pub const STATUS: &str = "dev/status";
     /// Commands, host → device.
     pub const CMD: &str = "dev/cmd";
+    /// The MQTT device's [`LinkStats`](super::LinkStats), device → host.
+    pub const LINK: &str = "dev/link";
 }

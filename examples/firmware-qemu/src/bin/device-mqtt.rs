@@ -1,0 +1,64 @@
+//! The demo device speaking MQTT itself: the same records and tasks as
+//! `device`, but through `aimdb_connectors::mqtt::Mqtt::run` (the code a
+//! host runs) straight to a broker. Under QEMU, UART0 *is* the TCP stream
+//! to the broker: run with `-serial tcp:127.0.0.1:PORT,reconnect=1` and
+//! QEMU connects the UART to the broker's port, reconnecting after the
+//! broker restarts (`scripts/mqtt-device-e2e.sh` does this). On a board
+//! with a network stack, `Connect` opens an embassy-net `TcpSocket`
+//! instead of handing out the UART.
+#![no_std]
+#![no_main]
+
+use cortex_m_rt::{exception, ExceptionFrame};
+use cortex_m_semihosting::hprintln;
+use embassy_executor::Spawner;
+use firmware_qemu::{app, time, uart};
+
+#[embassy_executor::main]
+async fn main(spawner: Spawner) {
+    let Some(p) = cortex_m::Peripherals::take() else {
+        fail("peripherals taken")
+    };
+    time::init(p.SYST);
+    let Some((rx, tx)) = uart::take() else {
+        fail("UART0 taken")
+    };
+    hprintln!("device-mqtt: up, MQTT connector on UART0");
+    spawner.spawn(app::control_task().unwrap_or_else(|_| fail("control task")));
+    spawner.spawn(app::sensor_task().unwrap_or_else(|_| fail("sensor task")));
+    spawner.spawn(app::link_stats_task().unwrap_or_else(|_| fail("link task")));
+    // The session buffers live in this task's state: static RAM (the
+    // executor's task pool), counted in the footprint.
+    let (mut rx_buf, mut tx_buf) = ([0u8; app::MQTT_RX], [0u8; app::MQTT_TX]);
+    let connect = app::SerialConnect::new(rx, tx);
+    let why = app::mqtt_connector(connect, &mut rx_buf, &mut tx_buf).await;
+    hprintln!("device-mqtt: connector stopped: {}", why);
+    fail("connector stopped")
+}
+
+fn fail(what: &str) -> ! {
+    hprintln!("device-mqtt: {}", what);
+    firmware_qemu::fail()
+}
+
+#[exception]
+fn SysTick() {
+    time::on_tick();
+}
+
+#[exception]
+unsafe fn DefaultHandler(irqn: i16) {
+    firmware_qemu::on_interrupt(irqn);
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    hprintln!("PANIC {}", info);
+    fail("panic")
+}
+
+#[exception]
+unsafe fn HardFault(ef: &ExceptionFrame) -> ! {
+    hprintln!("HARDFAULT {:?}", ef);
+    fail("hard fault")
+}
