@@ -7,6 +7,7 @@ export CARGO_TERM_COLOR ?= never
 .PHONY: demo e2e test quickstart fmt-check clippy loom nostd firmware footprint b3 bench-gate bench ci deps soak
 
 DEVICE_ELF = target-fw/thumbv7m-none-eabi/release/device
+DEVICE_MQTT_ELF = target-fw/thumbv7m-none-eabi/release/device-mqtt
 
 ## The project's main job: the device firmware under QEMU, its UART bridged
 ## by the tokio gateway to an MQTT broker (a mosquitto the gateway starts);
@@ -18,10 +19,14 @@ demo:
 	bash scripts/firmware.sh device >/dev/null
 	$(CARGO) run --release -p gateway -- --qemu $(DEVICE_ELF) --demo --seconds 5
 
-## The same, as a test: longer, and at least 150 readings exactly once.
+## The same, as a test: longer, and at least 150 readings exactly once;
+## then the MQTT device (the MQTT connector in the firmware) straight to a
+## mosquitto, checked with mosquitto_sub/mosquitto_pub across a broker
+## restart (examples/gateway/src/bin/mqtt-device-e2e.rs).
 e2e:
 	bash scripts/firmware.sh device >/dev/null
 	$(CARGO) run --release -p gateway -- --qemu $(DEVICE_ELF) --demo --seconds 8 --min-readings 150
+	$(CARGO) run --release -p gateway --bin mqtt-device-e2e -- --qemu $(DEVICE_MQTT_ELF)
 
 ## Every host test, for each feature set of aimdb-core CI builds, and the
 ## quickstart example (it asserts its own outcome).

@@ -409,14 +409,18 @@ async fn missed_ping_response_and_missing_connack_lead_to_reconnect() {
     .await;
 }
 
-/// A broker that stops acknowledging: with a QoS 1 publish unacknowledged,
-/// its silence drops the connection after the acknowledgement timeout
-/// (keep-alive is off, so nothing else could), and on the resumed session
-/// the publish goes out again with the DUP flag. Played by a hand-written
-/// listener: mosquitto always acknowledges.
+/// A session that outlives its connection: the fresh first session is
+/// closed at once with a DISCONNECT and reopened with Clean Start = 0 (so
+/// mosquitto persists it across its own restart); then a broker that stops
+/// acknowledging: with a QoS 1 publish unacknowledged, its silence drops
+/// the connection after the acknowledgement timeout (keep-alive is off, so
+/// nothing else could), and on the resumed session the publish goes out
+/// again with the DUP flag. Played by a hand-written listener: mosquitto
+/// always acknowledges.
 #[tokio::test]
-async fn silent_broker_with_a_publish_unacknowledged_is_dropped_and_the_publish_resent() {
+async fn session_reopened_then_silent_broker_dropped_and_the_unacknowledged_publish_resent() {
     const CONNECT: u8 = 0x10;
+    const DISCONNECT: u8 = 0xe0;
     const CLEAN_START: u8 = 0x02;
     const PUBLISH_QOS1: u8 = 0x32;
     const DUP: u8 = 0x08;
@@ -447,20 +451,34 @@ async fn silent_broker_with_a_publish_unacknowledged_is_dropped_and_the_publish_
     let flags = |body: &[u8]| body[7];
 
     alongside(mqtt.run(&mut inbound, &mut routes), async {
+        // 1: fresh session, closed and reopened at once.
         let (mut first, _) = within("connection 1", listener.accept()).await.unwrap();
         let (kind, body) = within("CONNECT", read_packet(&mut first)).await;
         assert_eq!(kind & 0xf0, CONNECT);
         assert_ne!(
             flags(&body) & CLEAN_START,
             0,
-            "first connection starts clean"
+            "the first connection starts clean"
         );
         first.write_all(&CONNACK_FRESH).await.unwrap();
+        let (kind, _) = within("DISCONNECT", read_packet(&mut first)).await;
+        assert_eq!(kind, DISCONNECT);
+
+        // 2: resumed; a publish that is never acknowledged.
+        let (mut second, _) = within("connection 2", listener.accept()).await.unwrap();
+        let (kind, body) = within("CONNECT", read_packet(&mut second)).await;
+        assert_eq!(kind & 0xf0, CONNECT);
+        assert_eq!(
+            flags(&body) & CLEAN_START,
+            0,
+            "reopened without Clean Start"
+        );
+        second.write_all(&CONNACK_RESUMED).await.unwrap();
         until("connected", || counters.is_connected()).await;
-        // The build marked the route ready: its first value goes now.
+        assert_eq!(counters.reconnects(), 0, "the reopening is not a reconnect");
         TEMP.write(7);
-        let (kind, _) = within("PUBLISH", read_packet(&mut first)).await;
-        assert_eq!(kind & !DUP, PUBLISH_QOS1);
+        let (kind, _) = within("PUBLISH", read_packet(&mut second)).await;
+        assert_eq!(kind, PUBLISH_QOS1);
         // No PUBACK, no PINGRESP: silence.
         until("the silence to drop the connection", || {
             !counters.is_connected()
@@ -468,16 +486,17 @@ async fn silent_broker_with_a_publish_unacknowledged_is_dropped_and_the_publish_
         .await;
         assert_eq!(counters.ack_timeouts(), 1);
 
-        let (mut second, _) = within("connection 2", listener.accept()).await.unwrap();
-        let (kind, body) = within("CONNECT", read_packet(&mut second)).await;
+        // 3: resumed; the publish again, marked DUP.
+        let (mut third, _) = within("connection 3", listener.accept()).await.unwrap();
+        let (kind, body) = within("CONNECT", read_packet(&mut third)).await;
         assert_eq!(kind & 0xf0, CONNECT);
         assert_eq!(flags(&body) & CLEAN_START, 0, "resumes the session");
-        second.write_all(&CONNACK_RESUMED).await.unwrap();
-        let (kind, body) = within("the PUBLISH again", read_packet(&mut second)).await;
+        third.write_all(&CONNACK_RESUMED).await.unwrap();
+        let (kind, body) = within("the PUBLISH again", read_packet(&mut third)).await;
         assert_eq!(kind, PUBLISH_QOS1 | DUP, "resent with DUP");
         assert_eq!(&body[2..5], b"t/x");
         until("reconnected", || counters.reconnects() == 1).await;
-        drop(first);
+        drop((first, second));
     })
     .await;
 }

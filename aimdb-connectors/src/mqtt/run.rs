@@ -9,15 +9,52 @@ use aimdb_core::topic::MAX_TOPIC_LEN;
 use embassy_futures::select::{select, select3, Either, Either3};
 use embassy_time::{Duration, Instant, Timer};
 use embedded_hal_async::delay::DelayNs;
+use embedded_io_async::{ErrorType, Read, Write};
 use minimq::{
     ConnectEvent, Connection, Io, PubError, Publication, ResourceError, SubscriptionOptions,
     TopicFilter,
 };
+use portable_atomic::{AtomicU32, Ordering};
 
-use super::{Config, Connect, Counters, Mqtt, QoS, Stopped};
+use super::{Config, Connect, Counters, Mqtt, QoS, Reconnect, Stopped};
 
 /// The connection is gone (or never came up); reconnect.
 struct Dropped;
+
+/// The transport, counting reads that returned data (the connector's only
+/// way to tell that the broker said something: minimq's `poll` also
+/// returns after its own writes). A count, not a clock: an `AtomicU32`
+/// with one writer needs no read-modify-write, so this works on
+/// `thumbv6m`, and keeps the connector future `Send`.
+struct Heard<'h, IO> {
+    io: IO,
+    reads: &'h AtomicU32,
+}
+
+impl<IO: ErrorType> ErrorType for Heard<'_, IO> {
+    type Error = IO::Error;
+}
+
+impl<IO: Read> Read for Heard<'_, IO> {
+    async fn read(&mut self, buf: &mut [u8]) -> Result<usize, Self::Error> {
+        let n = self.io.read(buf).await?;
+        if n > 0 {
+            let r = self.reads.load(Ordering::Relaxed);
+            self.reads.store(r.wrapping_add(1), Ordering::Relaxed);
+        }
+        Ok(n)
+    }
+}
+
+impl<IO: Write> Write for Heard<'_, IO> {
+    async fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
+        self.io.write(buf).await
+    }
+
+    async fn flush(&mut self) -> Result<(), Self::Error> {
+        self.io.flush().await
+    }
+}
 
 /// The acknowledgement timeout: while QoS 1/2 publishes wait for their
 /// acknowledgement, the broker must send *something* (an ack, a publish, a
@@ -28,34 +65,39 @@ struct Dropped;
 /// window is full and then the PINGRESP wait is minimq's fixed 5 s. On a
 /// stream that cannot report a close (a UART bridged to TCP, a half-open
 /// socket) that is several seconds of values written into nothing.
-struct Liveness {
+///
+/// What counts as hearing from the broker is bytes read from the transport
+/// ([`Heard`]); minimq's `poll` also returns after its own writes.
+struct Liveness<'h> {
     timeout: Option<Duration>,
+    reads: &'h AtomicU32,
+    /// `reads` when last looked at.
+    seen_reads: u32,
     /// Since when acknowledgements have been owed with nothing heard.
     owed_since: Option<Instant>,
 }
 
-impl Liveness {
-    fn new(config: &Config<'_>) -> Self {
+impl<'h> Liveness<'h> {
+    fn new(config: &Config<'_>, reads: &'h AtomicU32) -> Self {
         Self {
             timeout: (config.ack_timeout_ms > 0)
                 .then(|| Duration::from_millis(u64::from(config.ack_timeout_ms))),
+            reads,
+            seen_reads: reads.load(Ordering::Relaxed),
             owed_since: None,
         }
     }
 
-    /// Something arrived from the broker.
-    fn heard(&mut self) {
-        if self.owed_since.is_some() {
-            self.owed_since = Some(Instant::now());
-        }
-    }
-
-    /// Call after each publish and each received packet: starts or stops
-    /// the clock as acknowledgements become owed or settled.
+    /// Call after each publish and each return of `poll`: restarts the
+    /// clock if the broker sent anything, starts or stops it as
+    /// acknowledgements become owed or settled.
     fn update<IO: Io>(&mut self, conn: &Connection<'_, '_, IO>) {
+        let reads = self.reads.load(Ordering::Relaxed);
+        let heard = reads != self.seen_reads;
+        self.seen_reads = reads;
         if conn.session().is_publish_quiescent() {
             self.owed_since = None;
-        } else if self.owed_since.is_none() {
+        } else if heard || self.owed_since.is_none() {
             self.owed_since = Some(Instant::now());
         }
     }
@@ -94,16 +136,35 @@ where
     let mut connected_once = false;
     // A publish the last drop interrupted: `source.message()` still holds it.
     let mut retry = false;
+    // Reads with data on the current transport (see `Heard`).
+    let reads = AtomicU32::new(0);
+    // minimq opens the first connection after boot with Clean Start = 1
+    // (it has no session yet, and no option to ask for one). mosquitto (2.0,
+    // checked with `mosquitto_sub -V mqttv5 -x 300`) then keeps the session
+    // for its expiry while it runs, but does not restore it after its own
+    // restart: it persists resumable sessions only when the latest CONNECT
+    // had Clean Start = 0. So with a session expiry, a fresh first session
+    // is closed at once with a normal DISCONNECT (the broker keeps it) and
+    // reopened with Clean Start = 0, once per run. Not with
+    // `Reconnect::Never`: there is no second connection to resume it on.
+    let mut reopen = config.session_expiry_secs > 0 && config.reconnect != Reconnect::Never;
 
     loop {
         let attempt = async {
             let io = connect.connect().await.map_err(|_| Dropped)?;
+            let io = Heard { io, reads: &reads };
             let mut conn = session.connect(io).await.map_err(|_| Dropped)?;
             // A resumed broker session kept its subscriptions.
             if conn.connect_event() == ConnectEvent::Connected {
                 subscribe_all(&mut conn, sink, config.subscribe_qos, counters).await?;
+                // Subscribed first: the reopened session keeps them.
+                if core::mem::take(&mut reopen) {
+                    conn.disconnect().await.map_err(|_| Dropped)?;
+                    return Ok(None);
+                }
             }
-            Ok(conn)
+            reopen = false;
+            Ok(Some(conn))
         };
         // minimq's handshake waits for CONNACK unbounded: bound the whole
         // attempt, so a broker that accepts TCP and says nothing is retried.
@@ -112,7 +173,9 @@ where
             Either::Second(()) => Err(Dropped),
         };
         let mut conn = match outcome {
-            Ok(conn) => conn,
+            Ok(Some(conn)) => conn,
+            // Reopened (see `reopen`): connect again at once.
+            Ok(None) => continue,
             Err(Dropped) => {
                 counters.bump_connect_failures();
                 failures = failures.saturating_add(1);
@@ -137,7 +200,7 @@ where
                     let m = source.message();
                     if !m.topic.is_empty() {
                         let qos = config.publish_qos.get(m.route);
-                        let mut live = Liveness::new(config);
+                        let mut live = Liveness::new(config, &reads);
                         publish(&mut conn, sink, m, qos, counters, &mut live).await?;
                     }
                     retry = false;
@@ -146,7 +209,10 @@ where
                 // value goes out again on the new connection.
                 source.replay_latest();
             }
-            serve(&mut conn, sink, source, config, counters, &mut retry).await
+            serve(
+                &mut conn, sink, source, config, counters, &reads, &mut retry,
+            )
+            .await
         };
         let Err(Dropped) = served.await;
         counters.set_connected(false);
@@ -167,6 +233,7 @@ async fn serve<IO, S, M>(
     source: &mut M,
     config: &Config<'_>,
     counters: &Counters,
+    reads: &AtomicU32,
     retry: &mut bool,
 ) -> Result<core::convert::Infallible, Dropped>
 where
@@ -174,7 +241,7 @@ where
     S: FrameSink + ?Sized,
     M: MessageSource + ?Sized,
 {
-    let mut live = Liveness::new(config);
+    let mut live = Liveness::new(config, reads);
     // A resumed session may start with replayed publishes in flight.
     live.update(conn);
     loop {
@@ -182,9 +249,6 @@ where
         // message, so inbound traffic and keep-alive are never starved.
         // All three futures are cancel-safe; the losers are dropped.
         let event = select3(conn.poll(), outbound::next(source), live.expired()).await;
-        if let Either3::First(Ok(_)) = event {
-            live.heard();
-        }
         let event = match event {
             Either3::First(r) => Either::First(r),
             Either3::Second(m) => Either::Second(m),
@@ -196,6 +260,7 @@ where
         match event {
             Either::First(Ok(Some(p))) => {
                 deliver(sink, counters, p.topic(), p.payload());
+                live.update(conn);
                 // And outbound is not starved by a busy inbound side: after
                 // each received message, one ready outbound message goes.
                 let ready = poll_fn(|cx| Poll::Ready(source.poll_ready(cx).is_ready())).await;
@@ -233,7 +298,7 @@ async fn publish<IO, S>(
     m: outbound::Message<'_>,
     qos: QoS,
     counters: &Counters,
-    live: &mut Liveness,
+    live: &mut Liveness<'_>,
 ) -> Result<(), Dropped>
 where
     IO: Io,
@@ -288,7 +353,7 @@ async fn progress<IO, S>(
     conn: &mut Connection<'_, '_, IO>,
     sink: &mut S,
     counters: &Counters,
-    live: Option<&mut Liveness>,
+    live: Option<&mut Liveness<'_>>,
 ) -> Result<(), Dropped>
 where
     IO: Io,
@@ -313,7 +378,6 @@ where
         Err(_) => Err(Dropped),
     };
     if let (Ok(()), Some(l)) = (&r, live) {
-        l.heard();
         l.update(conn);
     }
     r

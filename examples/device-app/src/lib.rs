@@ -187,7 +187,12 @@ pub async fn link_stats() {
         };
         // `published` moves with every publish, this one's included:
         // compare without it, or the record would never settle.
-        let key = (now.received, now.rejected, now.reconnects, now.connect_failures);
+        let key = (
+            now.received,
+            now.rejected,
+            now.reconnects,
+            now.connect_failures,
+        );
         if last != Some(key) {
             last = Some(key);
             LINK_STATS.write(now);
@@ -281,7 +286,9 @@ pub async fn sensor() {
 /// Applies commands and publishes the status after each (and once at
 /// start).
 pub async fn control() {
-    let Ok(mut cmds) = CMD.subscribe() else { return };
+    let Ok(mut cmds) = CMD.subscribe() else {
+        return;
+    };
     let mut st = Status {
         led: false,
         interval_ms: INTERVAL_MS.load(Ordering::Relaxed) as u16,

@@ -9,8 +9,8 @@
 
 use core::future::poll_fn;
 use core::ptr::{read_volatile, write_volatile};
-use portable_atomic::{AtomicBool, Ordering};
 use core::task::Poll;
+use portable_atomic::{AtomicBool, Ordering};
 
 use cortex_m::interrupt::InterruptNumber;
 use cortex_m::peripheral::NVIC;

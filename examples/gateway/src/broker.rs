@@ -1,6 +1,8 @@
 //! The MQTT broker the gateway starts when no `--broker` is given: a
 //! mosquitto child process listening on a free loopback port (anonymous,
-//! no persistence), stopped by PID when the gateway exits.
+//! no persistence), stopped by PID when the gateway exits. The MQTT-device
+//! end-to-end run starts one with persistence ([`start_persistent`]) and
+//! restarts it mid-run ([`Broker::restart`]).
 //!
 //! It used to be rumqttd in-process; that pulled about 170 crates into the
 //! gateway's build, most of the demo's first-run time. mosquitto is what the
@@ -15,6 +17,8 @@ use std::time::{Duration, Instant};
 pub struct Broker {
     child: Child,
     dir: PathBuf,
+    conf: PathBuf,
+    exe: PathBuf,
     addr: SocketAddr,
 }
 
@@ -23,6 +27,65 @@ impl Broker {
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+
+    /// The broker's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the broker with SIGTERM (a persistent broker saves its
+    /// sessions and queued messages), waits for it to exit, and starts it
+    /// again on the same port with the same configuration.
+    pub fn restart(&mut self) -> Result<(), String> {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .map_err(|e| format!("kill -TERM {pid}: {e}"))?;
+        if !sent.success() {
+            return Err(format!("kill -TERM {pid}: {sent}"));
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Ok(None) => return Err(format!("mosquitto {pid} ignored SIGTERM")),
+                Err(e) => return Err(format!("waiting for mosquitto {pid}: {e}")),
+            }
+        }
+        self.child = spawn(&self.exe, &self.conf)?;
+        self.wait_listening()
+    }
+
+    fn wait_listening(&mut self) -> Result<(), String> {
+        let addr = self.addr;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(addr).is_err() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!(
+                    "mosquitto exited before listening on {addr}: {status}"
+                ));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("mosquitto did not listen on {addr}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+}
+
+fn spawn(exe: &PathBuf, conf: &PathBuf) -> Result<Child, String> {
+    Command::new(exe)
+        .arg("-c")
+        .arg(conf)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))
 }
 
 impl Drop for Broker {
@@ -49,8 +112,20 @@ fn mosquitto() -> Result<PathBuf, String> {
         })
 }
 
-/// Starts mosquitto and waits until it accepts connections.
+/// Starts mosquitto (no persistence) and waits until it accepts
+/// connections.
 pub fn start() -> Result<Broker, String> {
+    start_with(false)
+}
+
+/// Starts mosquitto with persistence in its own temporary directory
+/// (saved on SIGTERM, loaded on start: sessions, subscriptions and queued
+/// QoS 1/2 messages survive [`Broker::restart`]).
+pub fn start_persistent() -> Result<Broker, String> {
+    start_with(true)
+}
+
+fn start_with(persistent: bool) -> Result<Broker, String> {
     let exe = mosquitto()?;
     // Ask the OS for a free port, then hand it to the broker. Another
     // process could take it in between; the wait below then fails loudly
@@ -58,34 +133,38 @@ pub fn start() -> Result<Broker, String> {
     let addr = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| format!("no free loopback port: {e}"))?;
-    let dir = std::env::temp_dir().join(format!("aimdb-gateway-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "aimdb-gateway-{}-{}",
+        std::process::id(),
+        addr.port()
+    ));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let conf = dir.join("mosquitto.conf");
+    let persistence = if persistent {
+        // `user root`: run as root (CI), mosquitto would otherwise switch
+        // to a `mosquitto` user that cannot write this directory; as any
+        // other user the line has no effect.
+        format!(
+            "persistence true\npersistence_location {}/\nuser root\n",
+            dir.display()
+        )
+    } else {
+        "persistence false\n".to_string()
+    };
     let text = format!(
-        "listener {} 127.0.0.1\nallow_anonymous true\npersistence false\n\
+        "listener {} 127.0.0.1\nallow_anonymous true\n{persistence}\
          log_dest stderr\nlog_type error\nlog_type warning\n",
         addr.port()
     );
     std::fs::write(&conf, text).map_err(|e| format!("{}: {e}", conf.display()))?;
-    let child = Command::new(&exe)
-        .arg("-c")
-        .arg(&conf)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
-    let mut broker = Broker { child, dir, addr };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(addr).is_err() {
-        if let Ok(Some(status)) = broker.child.try_wait() {
-            return Err(format!(
-                "mosquitto exited before listening on {addr}: {status}"
-            ));
-        }
-        if Instant::now() > deadline {
-            return Err(format!("mosquitto did not listen on {addr}"));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let child = spawn(&exe, &conf)?;
+    let mut broker = Broker {
+        child,
+        dir,
+        conf,
+        exe,
+        addr,
+    };
+    broker.wait_listening()?;
     Ok(broker)
 }

@@ -35,9 +35,9 @@
 //! - `--seconds N`: stop after N seconds (default: run until Ctrl-C).
 
 mod bridge;
-mod broker;
 mod operator;
-mod qemu;
+
+use gateway::{broker, qemu};
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;

@@ -10,6 +10,13 @@ use tokio::process::{Child, Command};
 /// `qemu-system-arm` running `elf` on the lm3s6965evb, its UART0 a TCP
 /// client of `127.0.0.1:port`. Killed when the handle is dropped.
 pub fn spawn(elf: &Path, port: u16) -> std::io::Result<Child> {
+    spawn_serial(elf, &format!("tcp:127.0.0.1:{port}"))
+}
+
+/// The same with UART0 on any QEMU character device: `serial` is the
+/// `-serial` argument (`tcp:127.0.0.1:PORT,reconnect=1` for a broker that
+/// may restart). Semihosting output is printed with the prefix `qemu| `.
+pub fn spawn_serial(elf: &Path, serial: &str) -> std::io::Result<Child> {
     let mut child = Command::new("qemu-system-arm")
         .args(["-cpu", "cortex-m3", "-machine", "lm3s6965evb", "-nographic"])
         .args([
@@ -18,7 +25,7 @@ pub fn spawn(elf: &Path, port: u16) -> std::io::Result<Child> {
             "-semihosting-config",
             "enable=on,target=native",
         ])
-        .args(["-serial", &format!("tcp:127.0.0.1:{port}")])
+        .args(["-serial", serial])
         .arg("-kernel")
         .arg(elf)
         .stdin(Stdio::null())

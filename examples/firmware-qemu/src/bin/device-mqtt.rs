@@ -3,7 +3,8 @@
 //! host runs) straight to a broker. Under QEMU, UART0 *is* the TCP stream
 //! to the broker: run with `-serial tcp:127.0.0.1:PORT,reconnect=1` and
 //! QEMU connects the UART to the broker's port, reconnecting after the
-//! broker restarts (`scripts/mqtt-device-e2e.sh` does this). On a board
+//! broker restarts (`make e2e` runs it so, see the gateway crate's
+//! `mqtt-device-e2e`). On a board
 //! with a network stack, `Connect` opens an embassy-net `TcpSocket`
 //! instead of handing out the UART.
 #![no_std]

@@ -1,0 +1,464 @@
+//! The MQTT device end to end (`make e2e`, after the framed demo): the
+//! `device-mqtt` firmware under QEMU, its UART0 connected straight to a
+//! mosquitto this program starts (persistence on, loopback, a free port),
+//! checked from outside with mosquitto's own clients — no aimdb code on
+//! the checking side:
+//!
+//! 1. readings reach `mosquitto_sub` (QoS 1, a persistent session) exactly
+//!    once and in order, from sequence number 0;
+//! 2. each command published with `mosquitto_pub` is applied, and the
+//!    status comes back;
+//! 3. malformed command payloads are counted by the device (its `dev/link`
+//!    record's `rejected`) and change nothing;
+//! 4. mosquitto is restarted mid-run (SIGTERM, same port): the device
+//!    reconnects (`reconnects` in `dev/link`), its subscription holds (a
+//!    command sent after the restart is applied), and readings resume with
+//!    none lost or repeated.
+//!
+//! Payloads are postcard, the device link's encoding (`device_protocol`);
+//! `mosquitto_sub` prints them as hex (`-F '%t %x'`) and this program
+//! decodes them. Exits 0 only if every check held.
+//!
+//! ```text
+//! mqtt-device-e2e --qemu FIRMWARE.elf [--min-readings N]
+//! ```
+
+use std::path::PathBuf;
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use device_protocol::{topics, Command, LinkStats, Reading, Status};
+use gateway::{broker, qemu};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command as Process};
+use tokio::sync::mpsc;
+
+/// The observer's MQTT client id (its session persists across the
+/// broker restart).
+const OBSERVER: &str = "aimdb-e2e-observer";
+/// A topic only this program uses: a message on it that comes back shows
+/// the observer's subscriptions are in place.
+const PROBE: &str = "e2e/probe";
+/// Bound on every wait.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Malformed command payloads, each one rejected for its own reason.
+const MALFORMED: &[(&str, &[u8])] = &[
+    ("unknown Command variant", &[0x07, 0x01]),
+    ("truncated Ping", &[0x02]),
+    ("not a bool", &[0x00, 0x05]),
+    (
+        "over the 8-byte limit",
+        &[0x02, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
+    ),
+];
+
+/// What the observer saw, in arrival order.
+#[derive(Default)]
+struct Seen {
+    readings: Vec<u32>,
+    statuses: Vec<Status>,
+    link: Option<LinkStats>,
+    probes: u32,
+    undecodable: Vec<String>,
+}
+
+impl Seen {
+    fn status(&self) -> Option<Status> {
+        self.statuses.last().copied()
+    }
+}
+
+enum Line {
+    Reading(Reading),
+    Status(Status),
+    Link(LinkStats),
+    Probe,
+    Undecodable(String),
+}
+
+fn hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+fn parse(line: &str) -> Option<Line> {
+    let (topic, payload) = line.split_once(' ')?;
+    if topic == PROBE {
+        return Some(Line::Probe);
+    }
+    let bytes = hex(payload.trim());
+    let bad = || Line::Undecodable(line.to_string());
+    Some(match topic {
+        topics::READINGS => bytes
+            .and_then(|b| postcard::from_bytes(&b).ok())
+            .map_or_else(bad, Line::Reading),
+        topics::STATUS => bytes
+            .and_then(|b| postcard::from_bytes(&b).ok())
+            .map_or_else(bad, Line::Status),
+        topics::LINK => bytes
+            .and_then(|b| postcard::from_bytes(&b).ok())
+            .map_or_else(bad, Line::Link),
+        _ => return None,
+    })
+}
+
+/// `mosquitto_sub` on the device's topics, its lines decoded.
+struct Observer {
+    _child: Child,
+    lines: mpsc::UnboundedReceiver<Line>,
+    seen: Seen,
+    /// The device under QEMU, once started: a wait fails at once if it
+    /// exits (the firmware exits when its connector gives up).
+    device: Option<Child>,
+}
+
+impl Observer {
+    fn start(port: u16) -> Result<Self, String> {
+        let mut child = Process::new("mosquitto_sub")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-V", "mqttv311", "-c", "-i", OBSERVER, "-q", "1"])
+            .args([
+                "-t",
+                topics::READINGS,
+                "-t",
+                topics::STATUS,
+                "-t",
+                topics::LINK,
+            ])
+            .args(["-t", PROBE])
+            .args(["-F", "%t %x"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                format!("mosquitto_sub: {e} (Debian package mosquitto-clients; make deps)")
+            })?;
+        let out = child.stdout.take().ok_or("mosquitto_sub: no stdout")?;
+        let (tx, lines) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut out = BufReader::new(out).lines();
+            while let Ok(Some(line)) = out.next_line().await {
+                if let Some(l) = parse(&line) {
+                    if tx.send(l).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Ok(Self {
+            _child: child,
+            lines,
+            seen: Seen::default(),
+            device: None,
+        })
+    }
+
+    fn take(&mut self, line: Line) {
+        let s = &mut self.seen;
+        match line {
+            Line::Reading(r) => s.readings.push(r.seq),
+            Line::Status(st) => s.statuses.push(st),
+            Line::Link(l) => s.link = Some(l),
+            Line::Probe => s.probes += 1,
+            Line::Undecodable(l) => s.undecodable.push(l),
+        }
+    }
+
+    /// Takes lines until `done` holds; fails after [`WAIT`].
+    async fn until(&mut self, what: &str, done: impl Fn(&Seen) -> bool) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !done(&self.seen) {
+            if let Some(Ok(Some(status))) = self.device.as_mut().map(|d| d.try_wait()) {
+                return Err(format!(
+                    "the device firmware exited ({status}) while waiting for {what}"
+                ));
+            }
+            let step = deadline.min(tokio::time::Instant::now() + Duration::from_millis(200));
+            match tokio::time::timeout_at(step, self.lines.recv()).await {
+                Ok(Some(line)) => self.take(line),
+                Ok(None) => return Err(format!("mosquitto_sub ended while waiting for {what}")),
+                Err(_) if tokio::time::Instant::now() >= deadline => {
+                    return Err(format!("no {what} within {} s", WAIT.as_secs()))
+                }
+                Err(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes whatever arrives during `d`.
+    async fn drain(&mut self, d: Duration) {
+        let deadline = tokio::time::Instant::now() + d;
+        while let Ok(Some(line)) = tokio::time::timeout_at(deadline, self.lines.recv()).await {
+            self.take(line);
+        }
+    }
+}
+
+/// Publishes `payload` on the command topic with `mosquitto_pub` (QoS 1).
+async fn publish(port: u16, payload: &[u8]) -> Result<(), String> {
+    publish_on(port, topics::CMD, payload).await
+}
+
+/// Publishes `payload` on `topic` with `mosquitto_pub` (QoS 1).
+async fn publish_on(port: u16, topic: &str, payload: &[u8]) -> Result<(), String> {
+    let mut child = Process::new("mosquitto_pub")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-q", "1", "-t", topic, "-s"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("mosquitto_pub: {e}"))?;
+    let mut stdin = child.stdin.take().ok_or("mosquitto_pub: no stdin")?;
+    stdin
+        .write_all(payload)
+        .await
+        .map_err(|e| format!("mosquitto_pub stdin: {e}"))?;
+    drop(stdin);
+    let status = tokio::time::timeout(WAIT, child.wait())
+        .await
+        .map_err(|_| "mosquitto_pub did not finish".to_string())?
+        .map_err(|e| format!("mosquitto_pub: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("mosquitto_pub: {status}"))
+    }
+}
+
+/// Sends `cmd` and waits for the status that shows it applied.
+async fn command(
+    obs: &mut Observer,
+    port: u16,
+    cmd: Command,
+    applied: impl Fn(&Status) -> bool,
+) -> Result<Status, String> {
+    let before = obs.seen.status().map_or(0, |s| s.commands);
+    let mut buf = [0u8; 16];
+    let bytes = postcard::to_slice(&cmd, &mut buf).map_err(|e| e.to_string())?;
+    let sent = Instant::now();
+    publish(port, bytes).await?;
+    obs.until(&format!("the status after {cmd:?}"), |s| {
+        s.status().is_some_and(|st| st.commands > before)
+    })
+    .await?;
+    let st = obs.seen.status().ok_or("no status")?;
+    if st.commands != before + 1 || !applied(&st) {
+        return Err(format!(
+            "{cmd:?} gave status {st:?} (before: {before} commands)"
+        ));
+    }
+    println!(
+        "e2e: {cmd:?} applied, status back in {:.0?}: {st:?}",
+        sent.elapsed()
+    );
+    Ok(st)
+}
+
+struct Args {
+    elf: PathBuf,
+    min_readings: usize,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut elf = None;
+    let mut min_readings = 60;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = || it.next().ok_or(format!("{a} needs a value"));
+        match a.as_str() {
+            "--qemu" => elf = Some(PathBuf::from(value()?)),
+            "--min-readings" => {
+                min_readings = value()?
+                    .parse()
+                    .map_err(|e| format!("--min-readings: {e}"))?
+            }
+            _ => return Err(format!("unknown argument {a}\n{USAGE}")),
+        }
+    }
+    Ok(Args {
+        elf: elf.ok_or(USAGE)?,
+        min_readings,
+    })
+}
+
+const USAGE: &str = "usage: mqtt-device-e2e --qemu FIRMWARE.elf [--min-readings N]";
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let started = Instant::now();
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args).await {
+        Ok(summary) => {
+            println!(
+                "mqtt-device-e2e: passed in {:.1} s: {summary}",
+                started.elapsed().as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("mqtt-device-e2e: FAIL: {e}");
+            println!(
+                "mqtt-device-e2e: failed after {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: &Args) -> Result<String, String> {
+    let mut broker = broker::start_persistent()?;
+    let port = broker.addr().port();
+    println!(
+        "e2e: mosquitto pid {} on 127.0.0.1:{port}, persistence on",
+        broker.pid()
+    );
+    let mut obs = Observer::start(port)?;
+    // Probe until one comes back: then the observer is subscribed.
+    let deadline = Instant::now() + WAIT;
+    while obs.seen.probes == 0 {
+        if Instant::now() > deadline {
+            return Err("the observer never received a probe".into());
+        }
+        publish_on(port, PROBE, b"probe").await?;
+        obs.drain(Duration::from_millis(100)).await;
+    }
+
+    let serial = format!("tcp:127.0.0.1:{port},reconnect=1");
+    let device = qemu::spawn_serial(&args.elf, &serial)
+        .map_err(|e| format!("cannot start qemu-system-arm: {e}"))?;
+    println!(
+        "e2e: QEMU pid {} running {}, UART0 = -serial {serial}",
+        device.id().unwrap_or(0),
+        args.elf.display()
+    );
+    obs.device = Some(device);
+
+    // 1. Up: the boot status and readings flowing.
+    obs.until("the boot status and 10 readings", |s| {
+        s.status().is_some() && s.readings.len() >= 10
+    })
+    .await?;
+
+    // 2. Commands round-trip.
+    command(&mut obs, port, Command::SetLed(true), |s| s.led).await?;
+    command(&mut obs, port, Command::Ping(4242), |s| s.last_ping == 4242).await?;
+
+    // 3. Malformed payloads: counted, nothing changes.
+    let status_before = obs.seen.status();
+    let statuses_before = obs.seen.statuses.len();
+    let rejected_before = obs.seen.link.map_or(0, |l| l.rejected);
+    for (why, bytes) in MALFORMED {
+        publish(port, bytes).await?;
+        println!("e2e: sent a malformed command ({why}): {bytes:02x?}");
+    }
+    let want = rejected_before + MALFORMED.len() as u32;
+    obs.until("the device's count of rejected payloads", |s| {
+        s.link.is_some_and(|l| l.rejected >= want)
+    })
+    .await?;
+    // A good command after them: it must be the next one applied, so
+    // nothing in between changed the status.
+    command(&mut obs, port, Command::SetLed(false), |s| !s.led).await?;
+    let rejected = obs.seen.link.map_or(0, |l| l.rejected);
+    if rejected != want {
+        return Err(format!(
+            "device rejected {rejected} payloads, expected {want}"
+        ));
+    }
+    // Between the last good status and the one SetLed(false) produced,
+    // only re-sends of the same status may have arrived.
+    let after = obs.seen.statuses.len() - 1;
+    let changed: Vec<_> = obs.seen.statuses[statuses_before..after]
+        .iter()
+        .filter(|s| Some(**s) != status_before)
+        .collect();
+    if !changed.is_empty() {
+        return Err(format!(
+            "malformed payloads changed the status: {changed:?}"
+        ));
+    }
+    println!(
+        "e2e: {} malformed payloads rejected and counted by the device, status unchanged",
+        MALFORMED.len()
+    );
+
+    // 4. Broker restart.
+    let at_restart = obs.seen.readings.len();
+    let reconnects_before = obs.seen.link.map_or(0, |l| l.reconnects);
+    broker.restart()?;
+    let restarted = Instant::now();
+    println!(
+        "e2e: mosquitto restarted (SIGTERM, now pid {}) after {at_restart} readings",
+        broker.pid()
+    );
+    obs.until("the device's reconnect", |s| {
+        s.link.is_some_and(|l| l.reconnects > reconnects_before)
+    })
+    .await?;
+    println!(
+        "e2e: device reconnected {:.1?} after the restart: {:?}",
+        restarted.elapsed(),
+        obs.seen.link
+    );
+    command(&mut obs, port, Command::SetInterval(50), |s| {
+        s.interval_ms == 50
+    })
+    .await?;
+    let min = args.min_readings.max(at_restart + 60);
+    obs.until(&format!("{min} readings"), |s| s.readings.len() >= min)
+        .await?;
+
+    // Stop the device, then take what is still on its way.
+    if let Some(mut device) = obs.device.take() {
+        device
+            .kill()
+            .await
+            .map_err(|e| format!("stopping QEMU: {e}"))?;
+    }
+    obs.drain(Duration::from_millis(500)).await;
+
+    let seqs = &obs.seen.readings;
+    let mut problems = Vec::new();
+    for (i, pair) in seqs.windows(2).enumerate() {
+        if pair[1] != pair[0] + 1 {
+            problems.push(format!("after #{i} seq {} came {}", pair[0], pair[1]));
+        }
+    }
+    if seqs.first() != Some(&0) {
+        problems.push(format!("first reading seq {:?}, not 0", seqs.first()));
+    }
+    if !obs.seen.undecodable.is_empty() {
+        problems.push(format!("undecodable: {:?}", obs.seen.undecodable));
+    }
+    if !problems.is_empty() {
+        return Err(format!(
+            "readings not exactly once in order ({} seen): {}",
+            seqs.len(),
+            problems.join("; ")
+        ));
+    }
+    let link = obs.seen.link.unwrap_or_default();
+    Ok(format!(
+        "{} readings (seq 0..={}) exactly once and in order across a broker restart; \
+         4 commands applied; {} malformed payloads rejected; device link {link:?}",
+        seqs.len(),
+        seqs.last().copied().unwrap_or(0),
+        MALFORMED.len()
+    ))
+}
