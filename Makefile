@@ -61,7 +61,8 @@ loom:
 	RUSTFLAGS="--cfg loom" $(CARGO) clippy -p aimdb-core --features std \
 	  --all-targets --target-dir target/loom -- -D warnings
 
-## aimdb-core without std/alloc for thumbv6m and thumbv7m.
+## aimdb-core without std/alloc, and aimdb-connectors with `mqtt`, for
+## thumbv6m and thumbv7m.
 nostd:
 	bash scripts/firmware.sh check-core
 

@@ -3,8 +3,9 @@
 # checks, and the QEMU self-test firmware in examples/firmware-qemu.
 #
 #   scripts/firmware.sh toolchain                 pick (and if needed install) a toolchain
-#   scripts/firmware.sh check-core                aimdb-core --no-default-features on thumbv6m/thumbv7m,
-#                                                 no allocator, no std-only dependency
+#   scripts/firmware.sh check-core                aimdb-core --no-default-features and aimdb-connectors
+#                                                 --features mqtt on thumbv6m/thumbv7m, no allocator,
+#                                                 no std-only dependency
 #   scripts/firmware.sh smoke [--cpu cortex-m3|cortex-m0]
 #                                                 build the self-test firmware, run it under QEMU,
 #                                                 exit with QEMU's exit code
@@ -50,7 +51,7 @@ log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'firmware.sh: error: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # ------------------------------------------------------------------ toolchain
@@ -338,6 +339,11 @@ cmd_check_core() {
         (cd "$ROOT" && RUSTFLAGS="$flags" "${CARGO_CMD[@]}" build -p aimdb-core --lib \
             --no-default-features --release --target "$target" \
             --target-dir "$CHECK_TARGET_DIR" "${BUILD_STD[@]}")
+        # The connectors with MQTT (minimq, embassy-time), no std, no alloc.
+        log "aimdb-connectors --lib --no-default-features --features mqtt for $target ($ROUTE route)"
+        (cd "$ROOT" && RUSTFLAGS="$flags" "${CARGO_CMD[@]}" build -p aimdb-connectors --lib \
+            --no-default-features --features mqtt --release --target "$target" \
+            --target-dir "$CHECK_TARGET_DIR" "${BUILD_STD[@]}")
     done
 
     # 2. No allocator: the v6m firmware links without a #[global_allocator].
@@ -347,16 +353,18 @@ cmd_check_core() {
     # `core` (-Zbuild-std=core). The symbol scan is a second, direct look.
     build_firmware thumbv6m-none-eabi
     local elf nm_tool
-    elf=$(fw_elf thumbv6m-none-eabi)
+    # The self-test and the MQTT device (minimq inside), both thumbv6m.
     nm_tool=$(command -v llvm-nm || command -v nm || true)
-    if [ -n "$nm_tool" ]; then
-        if "$nm_tool" "$elf" | grep -E '__rust_alloc|__rdl_alloc|__rg_alloc|__rust_alloc_error_handler|__rust_no_alloc_shim'; then
-            die "allocator symbols in ${elf#"$ROOT"/}"
+    for elf in "$(fw_elf thumbv6m-none-eabi)" "$(fw_elf thumbv6m-none-eabi device-mqtt)"; do
+        if [ -n "$nm_tool" ]; then
+            if "$nm_tool" "$elf" | grep -E '__rust_alloc|__rdl_alloc|__rg_alloc|__rust_alloc_error_handler|__rust_no_alloc_shim'; then
+                die "allocator symbols in ${elf#"$ROOT"/}"
+            fi
+            echo "no allocator: ${elf#"$ROOT"/} links without alloc (no __rust_alloc* symbols)"
+        else
+            echo "no allocator: ${elf#"$ROOT"/} links without a #[global_allocator] (no nm to scan symbols)"
         fi
-        echo "no allocator: ${elf#"$ROOT"/} links without alloc (no __rust_alloc* symbols)"
-    else
-        echo "no allocator: ${elf#"$ROOT"/} links without a #[global_allocator] (no nm to scan symbols)"
-    fi
+    done
 
     # 3. The dependency tree, resolved by the host cargo.
     local cargo_host
@@ -372,9 +380,12 @@ cmd_check_core() {
     #     (`std`, `use-std`, `alloc`, `use-alloc`, `*-std`), e.g. serde/std or
     #     postcard/use-std unified in by a stray default feature.
     local flat bad
-    flat=$(cd "$ROOT" && "$cargo_host" tree -p aimdb-core -e normal,no-proc-macro \
-        --no-default-features --target thumbv6m-none-eabi --prefix none -f '{p} [{f}]' |
-        sed 's/ (\*)$//' | sort -u)
+    flat=$(cd "$ROOT" && {
+        "$cargo_host" tree -p aimdb-core -e normal,no-proc-macro \
+            --no-default-features --target thumbv6m-none-eabi --prefix none -f '{p} [{f}]'
+        "$cargo_host" tree -p aimdb-connectors -e normal,no-proc-macro \
+            --no-default-features --features mqtt --target thumbv6m-none-eabi --prefix none -f '{p} [{f}]'
+    } | sed 's/ (\*)$//' | sort -u)
     bad=$(awk '
         BEGIN { n = split("serde_json tokio mio socket2 libc std loom proptest futures-executor", d, " ");
                 for (i = 1; i <= n; i++) deny[d[i]] = 1 }
@@ -391,7 +402,7 @@ cmd_check_core() {
         printf '%s\n' "$bad" >&2
         die "aimdb-core --no-default-features pulls in std/alloc (see above)"
     fi
-    echo "dependency tree: $(wc -l <<<"$flat") crates for thumbv6m-none-eabi, none std-only, no std/alloc feature enabled"
+    echo "dependency tree (aimdb-core; aimdb-connectors with mqtt): $(wc -l <<<"$flat") crates for thumbv6m-none-eabi, none std-only, no std/alloc feature enabled"
     echo "check-core: OK ($ROUTE route)"
 }
 
