@@ -12,7 +12,7 @@
 #   scripts/firmware.sh smoke-fail [--cpu ...]    same with feature `inject-failure`: passes
 #                                                 only if QEMU exits with code 1
 #   scripts/firmware.sh device                    build the demo device (Cortex-M3); prints its ELF path
-#   scripts/firmware.sh footprint                 flash/RAM of the device, RAM per outbound and per
+#   scripts/firmware.sh footprint                 flash/RAM of both devices, RAM per outbound and per
 #                                                 inbound route; writes data/baselines/firmware_size.json
 #   scripts/firmware.sh b3 [--cpu ...]            build the b3_on_target firmware; prints `elf=PATH`
 #                                                 and `rustc=VERSION (ROUTE route)` (aimdb-bench's
@@ -282,9 +282,16 @@ size_of() {
 
 cmd_footprint() {
     local target=thumbv7m-none-eabi base=16 out="$ROOT/data/baselines/firmware_size.json"
-    local dev_flash dev_ram b_flash b_ram o_flash o_ram i_flash i_ram
+    local dev_flash dev_ram b_flash b_ram o_flash o_ram i_flash i_ram mq_flash mq_ram
     build_firmware "$target"
     read -r dev_flash dev_ram < <(size_of "$(fw_elf $target device)")
+    read -r mq_flash mq_ram < <(size_of "$(fw_elf $target device-mqtt)")
+    # The MQTT session buffers, as the device app declares them.
+    local app="$ROOT/examples/device-app/src/lib.rs" mq_rx mq_tx
+    mq_rx=$(sed -n 's/^pub const MQTT_RX: usize = \([0-9_]*\);/\1/p' "$app" | tr -d _)
+    mq_tx=$(sed -n 's/^pub const MQTT_TX: usize = \([0-9_]*\);/\1/p' "$app" | tr -d _)
+    [ -n "$mq_rx" ] && [ -n "$mq_tx" ] || die "MQTT_RX/MQTT_TX not found in ${app#"$ROOT"/}"
+    local mq_budget=$((dev_ram + mq_rx + mq_tx + 2048))
     read -r b_flash b_ram < <(size_of "$(fw_elf $target footprint)")
     build_firmware "$target" --bin footprint --features double-out
     read -r o_flash o_ram < <(size_of "$(fw_elf $target footprint)")
@@ -303,6 +310,11 @@ cmd_footprint() {
   "toolchain": "$rustc_v ($ROUTE route, opt-level s, lto)",
   "target": "$target",
   "device": { "flash_bytes": $dev_flash, "static_ram_bytes": $dev_ram },
+  "device_mqtt": {
+    "flash_bytes": $mq_flash, "static_ram_bytes": $mq_ram,
+    "mqtt_rx_bytes": $mq_rx, "mqtt_tx_bytes": $mq_tx,
+    "target_static_ram_bytes": $mq_budget
+  },
   "footprint_probe": {
     "routes_base": $base,
     "base": { "flash_bytes": $b_flash, "static_ram_bytes": $b_ram },
@@ -315,9 +327,11 @@ cmd_footprint() {
 }
 JSON
     echo "device ($target): flash $dev_flash B, static RAM $dev_ram B"
+    echo "device-mqtt ($target): flash $mq_flash B, static RAM $mq_ram B (MQTT RX $mq_rx + TX $mq_tx B included; target <= $mq_budget B: the framed device + buffers + 2 KiB)"
     echo "RAM per outbound route: $per_out B (target < 32); per inbound route: $per_in B"
     echo "wrote ${out#"$ROOT"/}"
     awk -v p="$per_out" 'BEGIN { exit !(p < 32) }' || die "RAM per outbound route $per_out B is not under 32 B"
+    [ "$mq_ram" -le "$mq_budget" ] || die "device-mqtt static RAM $mq_ram B is over its target $mq_budget B"
 }
 
 # ------------------------------------------------------------------ check-core
