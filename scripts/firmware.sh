@@ -14,6 +14,9 @@
 #   scripts/firmware.sh device                    build the demo device (Cortex-M3); prints its ELF path
 #   scripts/firmware.sh footprint                 flash/RAM of both devices, RAM per outbound and per
 #                                                 inbound route; writes data/baselines/firmware_size.json
+#   scripts/firmware.sh board                     build the nRF52840 board firmware (framed, then
+#                                                 --features mqtt) for thumbv7em-none-eabihf; it
+#                                                 cannot run here (no board), so CI only builds it
 #   scripts/firmware.sh b3 [--cpu ...]            build the b3_on_target firmware; prints `elf=PATH`
 #                                                 and `rustc=VERSION (ROUTE route)` (aimdb-bench's
 #                                                 b3_on_target runs it under QEMU)
@@ -33,6 +36,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FW_DIR="$ROOT/examples/firmware-qemu"
+BOARD_DIR="$ROOT/examples/firmware-nrf52840"
+BOARD_TARGET=thumbv7em-none-eabihf
 FW_NAME=firmware-qemu
 TARGET_DIR="$ROOT/target-fw"
 # check-core builds aimdb-core with different RUSTFLAGS than the firmware;
@@ -51,7 +56,7 @@ log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'firmware.sh: error: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 # ------------------------------------------------------------------ toolchain
@@ -110,6 +115,7 @@ select_toolchain() {
         CARGO_CMD=(env RUSTC="$DEBIAN_RUSTC" RUSTDOC="$DEBIAN_RUSTDOC" RUSTC_BOOTSTRAP=1
                    CARGO_TARGET_THUMBV6M_NONE_EABI_LINKER=ld.lld
                    CARGO_TARGET_THUMBV7M_NONE_EABI_LINKER=ld.lld
+                   CARGO_TARGET_THUMBV7EM_NONE_EABIHF_LINKER=ld.lld
                    "$DEBIAN_CARGO")
         # Only `core` (and compiler_builtins): a firmware that needed `alloc`
         # would not compile on this route.
@@ -258,6 +264,22 @@ cmd_device() {
     elf=$(fw_elf thumbv7m-none-eabi device)
     print_sizes "$elf" >&2
     echo "$elf"
+}
+
+cmd_board() {
+    select_toolchain
+    if [ "$ROUTE" = rustup ] && ! rustup target list --installed | grep -qx "$BOARD_TARGET"; then
+        die "rustup has no $BOARD_TARGET: rustup target add $BOARD_TARGET (or FW_TOOLCHAIN=debian)"
+    fi
+    local features elf
+    elf="$TARGET_DIR/$BOARD_TARGET/release/firmware-nrf52840"
+    for features in "" mqtt; do
+        log "building firmware-nrf52840 for $BOARD_TARGET ($ROUTE route)${features:+ --features $features}"
+        (cd "$BOARD_DIR" && "${CARGO_CMD[@]}" build --release --target "$BOARD_TARGET" \
+            --target-dir ../../target-fw "${BUILD_STD[@]}" ${features:+--features "$features"})
+        print_sizes "$elf"
+    done
+    echo "board: firmware-nrf52840 builds (framed and mqtt); run it on a board with cargo run --release (probe-rs)"
 }
 
 cmd_b3() {
@@ -431,6 +453,7 @@ case "$sub" in
     device) [ $# -eq 0 ] || die "device takes no arguments"; cmd_device ;;
     footprint) [ $# -eq 0 ] || die "footprint takes no arguments"; cmd_footprint ;;
     b3) cmd_b3 "$@" ;;
+    board) [ $# -eq 0 ] || die "board takes no arguments"; cmd_board ;;
     smoke-fail) cmd_smoke_fail "$@" ;;
     -h|--help|help) usage ;;
     *) usage; exit 2 ;;
