@@ -108,6 +108,14 @@ const ROWS: &[(&str, &str)] = &[
         "framed_decode",
         "decode one whole frame pushed in one chunk",
     ),
+    (
+        "mqtt_publish",
+        "write a record, the MQTT connector publishes it (QoS 0) into an in-memory stream, the fake broker reads it",
+    ),
+    (
+        "mqtt_receive",
+        "a QoS 0 PUBLISH in the in-memory stream, the MQTT connector dispatches it into a record, read back",
+    ),
 ];
 
 /// Targets (cpu, row, at most instructions per operation, what it is).

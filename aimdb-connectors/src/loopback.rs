@@ -34,7 +34,7 @@ use core::task::Poll;
 use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
 use embassy_sync::waitqueue::WakerRegistration;
-use embedded_io_async::{ErrorKind, ErrorType, Read, Write};
+use embedded_io_async::{ErrorKind, ErrorType, Read, ReadReady, Write};
 
 struct State<const N: usize> {
     buf: [u8; N],
@@ -194,6 +194,13 @@ impl<M: RawMutex, const N: usize> Read for PipeReader<'_, M, N> {
     }
 }
 
+impl<M: RawMutex, const N: usize> ReadReady for PipeReader<'_, M, N> {
+    /// A `read` would not wait: bytes are buffered, or the pipe is closed.
+    fn read_ready(&mut self) -> Result<bool, ErrorKind> {
+        Ok(self.pipe.with(|s| s.len > 0 || s.closed))
+    }
+}
+
 impl<M: RawMutex, const N: usize> Write for PipeWriter<'_, M, N> {
     /// Waits for room for at least one byte; `BrokenPipe` once closed.
     async fn write(&mut self, buf: &[u8]) -> Result<usize, ErrorKind> {
@@ -315,6 +322,22 @@ mod tests {
             assert_eq!(b_rx.read(&mut buf).await.unwrap(), 1);
             assert_eq!(buf[0], b'c');
         });
+    }
+
+    #[test]
+    fn read_ready_says_whether_a_read_would_wait() {
+        let pair = Pair::<NoopRawMutex, 8>::new();
+        let ((_, mut a_tx), (mut b_rx, _)) = (pair.a(), pair.b());
+        assert_eq!(b_rx.read_ready(), Ok(false));
+        block_on(async {
+            a_tx.write(b"a").await.unwrap();
+            assert_eq!(b_rx.read_ready(), Ok(true));
+            let mut buf = [0u8; 4];
+            assert_eq!(b_rx.read(&mut buf).await.unwrap(), 1);
+        });
+        assert_eq!(b_rx.read_ready(), Ok(false));
+        pair.close();
+        assert_eq!(b_rx.read_ready(), Ok(true), "a closed pipe reads 0 at once");
     }
 
     #[test]

@@ -21,6 +21,9 @@
 //! B3END <rows>
 //! ```
 //!
+//! The MQTT rows run `Mqtt::run` (the device's connector) over an
+//! in-memory stream whose other end this binary plays as the broker.
+//!
 //! The record rows use the demo device's own records (`app::READINGS`,
 //! `app::STATUS`, `app::CMD`); the routing rows mirror b2's host fixtures
 //! (8 routes over `Latest<u32>`, the same topics), so the two can be read
@@ -30,12 +33,14 @@
 #![no_main]
 
 use core::fmt::Write as _;
-use core::future::Future;
+use core::future::{poll_fn, Future};
 use core::hint::black_box;
 use core::pin::pin;
 use core::task::{Context, Poll, Waker};
 
 use aimdb_connectors::framed::frame::{self, Decoder, Event};
+use aimdb_connectors::loopback::Pair;
+use aimdb_connectors::mqtt::{self, Counters, Mqtt, QoS, RouteQos};
 use aimdb_core::codec::{Encode, Postcard};
 use aimdb_core::inbound::{Dispatch, KeyedLink, Link as InLink};
 use aimdb_core::outbound::{Link as OutLink, Routes, TopicWriter, Written};
@@ -46,7 +51,9 @@ use cortex_m::peripheral::SYST;
 use cortex_m_rt::{entry, exception, ExceptionFrame};
 use cortex_m_semihosting::hprintln;
 use device_protocol::{Command, Reading, Status};
+use embassy_executor::Executor;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+use embedded_io_async::{Read, Write};
 use firmware_qemu::app;
 
 /// Uncounted operations before the measured batches.
@@ -69,6 +76,13 @@ static KEYED: [KeyTable; 8] = [const { Keyed::new("b3/fleet") }; 8];
 /// The demo's `Ring`, with room for four readers (the upstream figure).
 static RING4: Record<Cs, Ring<Reading, { app::READINGS_DEPTH }>, 4> = Record::new("b3/ring4");
 static READY_STATIC: Readiness<1> = Readiness::new();
+/// The MQTT rows: the connector on one end of an in-memory stream, this
+/// binary playing the broker on the other.
+static MQTT_PAIR: Pair<Cs, 256> = Pair::new();
+static MQTT_OUT: Rec = Record::new("b3/mqtt/out");
+static MQTT_IN: Rec = Record::new("b3/mqtt/in");
+static MQTT_READY: Readiness<1> = Readiness::new();
+static MQTT_COUNTERS: Counters = Counters::new();
 static READY_WRITTEN: Readiness<1> = Readiness::new();
 
 const EXACT: [&str; 8] = [
@@ -209,6 +223,15 @@ fn ready<F: Future>(fut: F) -> F::Output {
     }
 }
 
+/// Polls the connector future once with the task's waker: it must not
+/// end.
+fn step<F: Future>(run: core::pin::Pin<&mut F>, waker: &Waker) {
+    let mut cx = Context::from_waker(waker);
+    if run.poll(&mut cx).is_ready() {
+        fail("the MQTT connector stopped");
+    }
+}
+
 fn written(v: &u32, w: &mut TopicWriter<'_>) -> core::fmt::Result {
     write!(w, "dev/{}/value", v % 100)
 }
@@ -235,6 +258,21 @@ fn main() -> ! {
     inbound(payload);
     outbound();
     framed(payload);
+    // The MQTT rows run inside an embassy task: the connector's timers
+    // (embassy-time's queue is the executor's) need a task's waker.
+    let Some(executor) = cortex_m::singleton!(: Executor = Executor::new()) else {
+        fail("executor")
+    };
+    executor.run(|spawner| match mqtt_task() {
+        Ok(t) => spawner.spawn(t),
+        Err(_) => fail("mqtt task"),
+    })
+}
+
+#[embassy_executor::task]
+async fn mqtt_task() {
+    let waker = poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
+    mqtt_rows(&waker);
     hprintln!("B3END");
     firmware_qemu::exit(cortex_m_semihosting::debug::EXIT_SUCCESS)
 }
@@ -468,6 +506,112 @@ fn framed(payload: &[u8]) {
             }
             _ => fail("expected one whole frame"),
         }
+    });
+}
+
+/// The MQTT connector (`Mqtt::run`, as the device runs it) over an
+/// in-memory stream, its future polled by hand: a record write published
+/// at QoS 0, and a QoS 0 PUBLISH dispatched into a record. Keep-alive and
+/// the acknowledgement timeout are off and the time driver never ticks, so
+/// no timer fires and every count repeats exactly. `waker` is the
+/// calling task's (the connector's timers register with it).
+fn mqtt_rows(waker: &Waker) {
+    const IN_TOPIC: &[u8; 5] = b"b3/in";
+    let (client_rx, client_tx) = MQTT_PAIR.a();
+    let (mut broker_rx, mut broker_tx) = MQTT_PAIR.b();
+    let in_link: InLink<'static, Rec, Postcard, u32> = InLink::new(&MQTT_IN, Postcard);
+    let mut b = Dispatch::<1, 4>::builder();
+    b.link("b3/in", &in_link);
+    let Ok(mut inbound) = b.build() else {
+        fail("mqtt inbound table")
+    };
+    let Ok(r) = MQTT_OUT.subscribe() else {
+        fail("mqtt out reader")
+    };
+    let mut out = OutLink::new(r, "b3/out", Postcard);
+    let (mut scratch, mut topic) = ([0x5au8; 32], [0u8; 0]);
+    let mut b = Routes::<_, 1, 1>::builder(&MQTT_READY, &mut scratch, &mut topic);
+    b.link(&mut out);
+    let Ok(mut outbound) = b.build() else {
+        fail("mqtt outbound table")
+    };
+    let Ok(mut received) = MQTT_IN.subscribe() else {
+        fail("mqtt in reader")
+    };
+    let mut c = mqtt::Config::new("b3");
+    c.keep_alive_secs = 0;
+    c.ack_timeout_ms = 0;
+    c.publish_qos = RouteQos::All(QoS::AtMostOnce);
+    c.subscribe_qos = QoS::AtMostOnce;
+    let (mut rx, mut tx) = ([0u8; 256], [0u8; 512]);
+    let connect = app::SerialConnect::new(client_rx, client_tx);
+    let delay = embassy_time::Delay;
+    let Ok(mut m) = Mqtt::new(c, &mut rx, &mut tx, connect, delay, &MQTT_COUNTERS) else {
+        fail("mqtt config")
+    };
+    let mut run = pin!(m.run(&mut inbound, &mut outbound));
+
+    // The handshake, broker side: CONNACK, then SUBACK for its packet id.
+    let mut buf = [0u8; 64];
+    for _ in 0..8 {
+        step(run.as_mut(), waker);
+        while !MQTT_PAIR.a_to_b().is_empty() {
+            let Ok(n) = ready(broker_rx.read(&mut buf)) else {
+                fail("broker read")
+            };
+            // MQTT 5 CONNACK (no session, success) or SUBACK (granted QoS 0).
+            let connack = [0x20, 0x03, 0x00, 0x00, 0x00, 0x00];
+            let suback = [0x90, 0x04, buf[2], buf[3], 0x00, 0x00];
+            let reply = match buf[0] & 0xf0 {
+                0x10 => &connack[..5],
+                0x80 if n >= 4 => &suback[..],
+                _ => fail("unexpected packet in the handshake"),
+            };
+            if ready(broker_tx.write(reply)) != Ok(reply.len()) {
+                fail("broker write");
+            }
+        }
+        if MQTT_COUNTERS.is_connected() {
+            break;
+        }
+    }
+    if !MQTT_COUNTERS.is_connected() {
+        fail("mqtt handshake");
+    }
+
+    row("mqtt_publish", |i| {
+        MQTT_OUT.write(value(i));
+        step(run.as_mut(), waker);
+        let Ok(n) = ready(broker_rx.read(&mut buf)) else {
+            fail("broker read")
+        };
+        black_box(&buf[..n]);
+    });
+
+    // PUBLISH, QoS 0: topic b3/in, no properties, the postcard of value(k).
+    let mut packets = [[0u8; 12]; 8];
+    for (k, p) in packets.iter_mut().enumerate() {
+        let mut payload = [0u8; 2];
+        let Ok(body) = Postcard.encode(&value(k), &mut payload) else {
+            fail("payload")
+        };
+        if body != 2 {
+            fail("two-byte payload");
+        }
+        p[..4].copy_from_slice(&[0x30, 10, 0, IN_TOPIC.len() as u8]);
+        p[4..9].copy_from_slice(IN_TOPIC);
+        p[9] = 0;
+        p[10..].copy_from_slice(&payload);
+    }
+    row("mqtt_receive", |i| {
+        if ready(broker_tx.write(&packets[i % 8])) != Ok(12) {
+            fail("broker write");
+        }
+        step(run.as_mut(), waker);
+        let Ok(v) = received.try_recv() else {
+            fail("dispatched into the record")
+        };
+        black_box(v);
     });
 }
 
