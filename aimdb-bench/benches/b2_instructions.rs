@@ -483,24 +483,13 @@ fn main() -> ExitCode {
             Err(e) => problems.push(format!("writing JSON: {e}")),
         }
     }
-    let secs = started.elapsed().as_secs_f64();
-    if problems.is_empty() {
-        println!(
-            "b2_instructions: {} rows passed in {secs:.1} s",
-            measured.len()
-        );
-        ExitCode::SUCCESS
-    } else {
-        for p in &problems {
-            eprintln!("FAIL: {p}");
-        }
-        if verdict.other_toolchain {
-            eprintln!("(limits were recorded with another rustc than {rustc})");
-        }
-        println!(
-            "b2_instructions: {} problem(s) in {secs:.1} s",
-            problems.len()
-        );
-        ExitCode::FAILURE
+    if !problems.is_empty() && verdict.other_toolchain {
+        eprintln!("(limits were recorded with another rustc than {rustc})");
     }
+    gate::finish(
+        "b2_instructions",
+        &format!("{} rows passed", measured.len()),
+        &problems,
+        started,
+    )
 }

@@ -462,18 +462,10 @@ fn main() -> ExitCode {
         Err(e) => problems.push(format!("writing JSON: {e}")),
     }
 
-    let secs = started.elapsed().as_secs_f64();
-    if problems.is_empty() {
-        println!(
-            "b3_on_target: {} rows passed, both runs identical, in {secs:.1} s",
-            measured.len()
-        );
-        ExitCode::SUCCESS
-    } else {
-        for p in &problems {
-            eprintln!("FAIL: {p}");
-        }
-        println!("b3_on_target: {} problem(s) in {secs:.1} s", problems.len());
-        ExitCode::FAILURE
-    }
+    gate::finish(
+        "b3_on_target",
+        &format!("{} rows passed, both runs identical,", measured.len()),
+        &problems,
+        started,
+    )
 }

@@ -10,6 +10,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
 
 use serde_json::Value;
 
@@ -185,6 +187,23 @@ impl Verdict {
                 rules.toolchain, rules.baseline
             );
         }
+    }
+}
+
+/// Ends a gate: prints each problem (stderr) and the summary line
+/// `BENCH: PASSED in S s` or `BENCH: N problem(s) in S s` (stdout, what
+/// CI's log shows), and gives the exit code.
+pub fn finish(bench: &str, passed: &str, problems: &[String], started: Instant) -> ExitCode {
+    let secs = started.elapsed().as_secs_f64();
+    if problems.is_empty() {
+        println!("{bench}: {passed} in {secs:.1} s");
+        ExitCode::SUCCESS
+    } else {
+        for p in problems {
+            eprintln!("FAIL: {p}");
+        }
+        println!("{bench}: {} problem(s) in {secs:.1} s", problems.len());
+        ExitCode::FAILURE
     }
 }
 

@@ -33,6 +33,44 @@ pub fn fail() -> ! {
     exit(debug::EXIT_FAILURE)
 }
 
+/// Defines a binary's `fail(what) -> !` (prints `NAME: what` over
+/// semihosting and exits QEMU with 1) and its exception handlers: SysTick
+/// to the time driver ([`time::on_tick`]; harmless in a binary that never
+/// enables the SysTick interrupt), device interrupts to [`on_interrupt`],
+/// a panic or a hard fault printed, then `fail`.
+#[macro_export]
+macro_rules! handlers {
+    ($name:literal) => {
+        #[allow(dead_code)]
+        fn fail(what: &str) -> ! {
+            cortex_m_semihosting::hprintln!("{}: {}", $name, what);
+            $crate::fail()
+        }
+
+        #[cortex_m_rt::exception]
+        fn SysTick() {
+            $crate::time::on_tick();
+        }
+
+        #[cortex_m_rt::exception]
+        unsafe fn DefaultHandler(irqn: i16) {
+            $crate::on_interrupt(irqn);
+        }
+
+        #[panic_handler]
+        fn panic(info: &core::panic::PanicInfo) -> ! {
+            cortex_m_semihosting::hprintln!("PANIC {}", info);
+            fail("panic")
+        }
+
+        #[cortex_m_rt::exception]
+        unsafe fn HardFault(ef: &cortex_m_rt::ExceptionFrame) -> ! {
+            cortex_m_semihosting::hprintln!("HARDFAULT {:?}", ef);
+            fail("hard fault")
+        }
+    };
+}
+
 /// Routes device interrupts (cortex-m-rt without a PAC sends every line to
 /// `DefaultHandler`, which each binary forwards here).
 pub fn on_interrupt(irqn: i16) {

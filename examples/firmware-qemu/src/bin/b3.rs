@@ -48,7 +48,7 @@ use aimdb_core::record::{Keyed, Latest, Record, Ring};
 use aimdb_core::sync::Readiness;
 use cortex_m::peripheral::syst::SystClkSource;
 use cortex_m::peripheral::SYST;
-use cortex_m_rt::{entry, exception, ExceptionFrame};
+use cortex_m_rt::entry;
 use cortex_m_semihosting::hprintln;
 use device_protocol::{Command, Reading, Status};
 use embassy_executor::Executor;
@@ -615,24 +615,4 @@ fn mqtt_rows(waker: &Waker) {
     });
 }
 
-fn fail(what: &str) -> ! {
-    hprintln!("b3: {}", what);
-    firmware_qemu::fail()
-}
-
-#[exception]
-unsafe fn DefaultHandler(irqn: i16) {
-    firmware_qemu::on_interrupt(irqn);
-}
-
-#[panic_handler]
-fn panic(info: &core::panic::PanicInfo) -> ! {
-    hprintln!("PANIC {}", info);
-    fail("panic")
-}
-
-#[exception]
-unsafe fn HardFault(ef: &ExceptionFrame) -> ! {
-    hprintln!("HARDFAULT {:?}", ef);
-    fail("hard fault")
-}
+firmware_qemu::handlers!("b3");

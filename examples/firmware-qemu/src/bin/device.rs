@@ -4,7 +4,6 @@
 #![no_std]
 #![no_main]
 
-use cortex_m_rt::{exception, ExceptionFrame};
 use cortex_m_semihosting::hprintln;
 use embassy_executor::Spawner;
 use firmware_qemu::{app, time, uart};
@@ -25,29 +24,4 @@ async fn main(spawner: Spawner) {
     }
 }
 
-fn fail(what: &str) -> ! {
-    hprintln!("device: {}", what);
-    firmware_qemu::fail()
-}
-
-#[exception]
-fn SysTick() {
-    time::on_tick();
-}
-
-#[exception]
-unsafe fn DefaultHandler(irqn: i16) {
-    firmware_qemu::on_interrupt(irqn);
-}
-
-#[panic_handler]
-fn panic(info: &core::panic::PanicInfo) -> ! {
-    hprintln!("PANIC {}", info);
-    fail("panic")
-}
-
-#[exception]
-unsafe fn HardFault(ef: &ExceptionFrame) -> ! {
-    hprintln!("HARDFAULT {:?}", ef);
-    fail("hard fault")
-}
+firmware_qemu::handlers!("device");

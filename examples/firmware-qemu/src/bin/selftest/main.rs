@@ -34,7 +34,6 @@ use aimdb_core::inbound::{Dispatch, DispatchError, KeyedLink, Link as InLink};
 use aimdb_core::outbound::{Link as OutLink, Message, Routes, TopicWriter, Written};
 use aimdb_core::record::{Keyed, Latest, Mailbox, Record, Ring, SubscribeError, TryRecvError};
 use aimdb_core::sync::Readiness;
-use cortex_m_rt::{exception, ExceptionFrame};
 use cortex_m_semihosting::{debug, hprintln};
 use embassy_executor::Spawner;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
@@ -606,19 +605,4 @@ async fn main(spawner: Spawner) {
     firmware_qemu::exit(if t.failed == 0 { debug::EXIT_SUCCESS } else { debug::EXIT_FAILURE })
 }
 
-#[exception]
-fn SysTick() {
-    time::on_tick();
-}
-
-#[panic_handler]
-fn panic(info: &core::panic::PanicInfo) -> ! {
-    hprintln!("PANIC {}", info);
-    firmware_qemu::fail()
-}
-
-#[exception]
-unsafe fn HardFault(ef: &ExceptionFrame) -> ! {
-    hprintln!("HARDFAULT {:?}", ef);
-    firmware_qemu::fail()
-}
+firmware_qemu::handlers!("firmware");
