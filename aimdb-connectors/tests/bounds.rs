@@ -107,6 +107,7 @@ impl MessageSource for Script {
             topic,
             payload,
             lagged: 0,
+            retain: false,
         }
     }
     fn replay_latest(&mut self) {}

@@ -422,7 +422,8 @@ async fn session_reopened_then_silent_broker_dropped_and_the_unacknowledged_publ
     const CONNECT: u8 = 0x10;
     const DISCONNECT: u8 = 0xe0;
     const CLEAN_START: u8 = 0x02;
-    const PUBLISH_QOS1: u8 = 0x32;
+    // A `Latest` route: QoS 1, retained.
+    const PUBLISH_QOS1: u8 = 0x33;
     const DUP: u8 = 0x08;
     // MQTT 5 CONNACK: session present or not, success, no properties.
     const CONNACK_FRESH: [u8; 5] = [0x20, 0x03, 0x00, 0x00, 0x00];

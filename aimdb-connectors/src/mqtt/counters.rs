@@ -20,6 +20,8 @@ pub struct Counters {
     reconnects: AtomicU32,
     connect_failures: AtomicU32,
     ack_timeouts: AtomicU32,
+    cleared: AtomicU32,
+    lagged: AtomicU32,
     connected: AtomicBool,
 }
 
@@ -47,6 +49,12 @@ pub struct Snapshot {
     /// acknowledgement timeout with publishes unacknowledged
     /// ([`Config::ack_timeout_ms`](super::Config::ack_timeout_ms)).
     pub ack_timeouts: u32,
+    /// Received publishes with an empty payload: MQTT's way to clear a
+    /// retained message. Not dispatched, not rejected.
+    pub cleared: u32,
+    /// Values outbound `Ring` routes lost before they could be published
+    /// (the reader fell behind, e.g. while the broker was away); wraps.
+    pub lagged: u32,
     /// Whether the connector is connected and subscribed right now.
     pub connected: bool,
 }
@@ -62,6 +70,8 @@ impl Counters {
             reconnects: AtomicU32::new(0),
             connect_failures: AtomicU32::new(0),
             ack_timeouts: AtomicU32::new(0),
+            cleared: AtomicU32::new(0),
+            lagged: AtomicU32::new(0),
             connected: AtomicBool::new(false),
         }
     }
@@ -102,6 +112,17 @@ impl Counters {
         self.ack_timeouts.load(Ordering::Relaxed)
     }
 
+    /// Cleared retained messages received; see [`Snapshot::cleared`].
+    pub fn cleared(&self) -> u32 {
+        self.cleared.load(Ordering::Relaxed)
+    }
+
+    /// Values lost to `Ring` lag on the outbound routes; see
+    /// [`Snapshot::lagged`].
+    pub fn lagged(&self) -> u32 {
+        self.lagged.load(Ordering::Relaxed)
+    }
+
     /// Whether connected and subscribed right now.
     pub fn is_connected(&self) -> bool {
         self.connected.load(Ordering::Acquire)
@@ -117,6 +138,8 @@ impl Counters {
             reconnects: self.reconnects(),
             connect_failures: self.connect_failures(),
             ack_timeouts: self.ack_timeouts(),
+            cleared: self.cleared(),
+            lagged: self.lagged(),
             connected: self.is_connected(),
         }
     }
@@ -141,6 +164,16 @@ impl Counters {
     }
     pub(super) fn bump_ack_timeouts(&self) {
         bump(&self.ack_timeouts);
+    }
+    pub(super) fn bump_cleared(&self) {
+        bump(&self.cleared);
+    }
+    pub(super) fn add_lagged(&self, n: u64) {
+        if n > 0 {
+            let c = self.lagged.load(Ordering::Relaxed);
+            self.lagged
+                .store(c.wrapping_add(n as u32), Ordering::Relaxed);
+        }
     }
     pub(super) fn set_connected(&self, on: bool) {
         self.connected.store(on, Ordering::Release);

@@ -11,8 +11,8 @@ use embassy_time::{Duration, Instant, Timer};
 use embedded_hal_async::delay::DelayNs;
 use embedded_io_async::{ErrorType, Read, Write};
 use minimq::{
-    ConnectEvent, Connection, Io, PubError, Publication, ResourceError, SubscriptionOptions,
-    TopicFilter,
+    ConnectEvent, Connection, InboundPublish, Io, PubError, Publication, ResourceError,
+    RetainHandling, SubscriptionOptions, TopicFilter,
 };
 use portable_atomic::{AtomicU32, Ordering};
 
@@ -259,7 +259,7 @@ where
         };
         match event {
             Either::First(Ok(Some(p))) => {
-                deliver(sink, counters, p.topic(), p.payload());
+                deliver(sink, counters, &p);
                 live.update(conn);
                 // And outbound is not starved by a busy inbound side: after
                 // each received message, one ready outbound message goes.
@@ -311,11 +311,19 @@ where
             continue;
         }
         let r = conn
-            .publish(Publication::bytes(m.topic, m.payload).qos(q))
+            .publish({
+                let p = Publication::bytes(m.topic, m.payload).qos(q);
+                if m.retain {
+                    p.retain()
+                } else {
+                    p
+                }
+            })
             .await;
         let e = match r {
             Ok(_) => {
                 counters.bump_published();
+                counters.add_lagged(m.lagged);
                 live.update(conn);
                 return Ok(());
             }
@@ -371,7 +379,7 @@ where
     };
     let r = match polled {
         Ok(Some(p)) => {
-            deliver(sink, counters, p.topic(), p.payload());
+            deliver(sink, counters, &p);
             Ok(())
         }
         Ok(None) => Ok(()),
@@ -396,6 +404,10 @@ where
     S: FrameSink + ?Sized,
 {
     let options = SubscriptionOptions::default().maximum_qos(qos.into());
+    // Filters none of whose links applies retained messages (commands):
+    // the broker is asked not to send them (MQTT 5 retain handling 2);
+    // one that sends them anyway is ignored by `dispatch_retained`.
+    let no_retained = options.retain_behavior(RetainHandling::Never);
     // `for_each_filter` lends each filter only inside the callback: copy
     // the `index`-th out. Quadratic in the filter count, once per connect.
     for index in 0.. {
@@ -417,7 +429,16 @@ where
             continue;
         }
         let op = conn
-            .subscribe(&[TopicFilter::new(&filter).options(options)], &[])
+            .subscribe(
+                &[
+                    TopicFilter::new(&filter).options(if sink.wants_retained(&filter) {
+                        options
+                    } else {
+                        no_retained
+                    }),
+                ],
+                &[],
+            )
             .await
             .map_err(|_| Dropped)?;
         while conn.is_pending(&op) {
@@ -430,9 +451,21 @@ where
     Ok(())
 }
 
-fn deliver<S: FrameSink + ?Sized>(sink: &mut S, counters: &Counters, topic: &str, payload: &[u8]) {
+fn deliver<S: FrameSink + ?Sized>(sink: &mut S, counters: &Counters, p: &InboundPublish<'_>) {
     counters.bump_received();
-    if sink.dispatch(topic.as_bytes(), payload).is_err() {
+    // An empty payload is how MQTT clears a retained message (subscribers
+    // get it, retained or not): not a value, and not a bad one.
+    if p.payload().is_empty() {
+        counters.bump_cleared();
+        return;
+    }
+    let (topic, payload) = (p.topic().as_bytes(), p.payload());
+    let r = if p.retained() {
+        sink.dispatch_retained(topic, payload)
+    } else {
+        sink.dispatch(topic, payload)
+    };
+    if r.is_err() {
         counters.bump_rejected();
     }
 }

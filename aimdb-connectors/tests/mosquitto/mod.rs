@@ -358,10 +358,23 @@ impl Drop for Sub {
 /// [`Broker`] for an anonymous client, or [`ClientArgs`]); returns its exit
 /// status (a refused connection is a failure).
 async fn pub_status(to: impl Into<ClientArgs>, topic: &str, payload: &[u8]) -> ExitStatus {
+    pub_status_with(to, topic, payload, &[]).await
+}
+
+/// `mosquitto_pub` with `extra` arguments (`-r` to retain); an empty
+/// payload is sent with `-n` (a null message).
+async fn pub_status_with(
+    to: impl Into<ClientArgs>,
+    topic: &str,
+    payload: &[u8],
+    extra: &[&str],
+) -> ExitStatus {
     let args: ClientArgs = to.into();
     let mut cmd = tokio::process::Command::from(tool("mosquitto_pub"));
     cmd.args(&args.0)
-        .args(["-t", topic, "-q", "1", "-s"])
+        .args(["-t", topic, "-q", "1"])
+        .args(extra)
+        .arg(if payload.is_empty() { "-n" } else { "-s" })
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -380,6 +393,16 @@ async fn pub_status(to: impl Into<ClientArgs>, topic: &str, payload: &[u8]) -> E
 /// Whether a `mosquitto_pub` (see [`pub_status`]) succeeded.
 pub async fn try_publish(to: impl Into<ClientArgs>, topic: &str, payload: &[u8]) -> bool {
     pub_status(to, topic, payload).await.success()
+}
+
+/// A retained `mosquitto_pub -r` that must succeed; an empty `payload`
+/// clears the topic's retained message.
+pub async fn publish_retained(to: impl Into<ClientArgs>, topic: &str, payload: &[u8]) {
+    let status = pub_status_with(to, topic, payload, &["-r"]).await;
+    assert!(
+        status.success(),
+        "mosquitto_pub -r -t {topic} failed: {status}"
+    );
 }
 
 /// A `mosquitto_pub` (see [`pub_status`]) that must succeed.

@@ -21,6 +21,11 @@ pub trait Target {
     /// Decodes `payload` and writes it. `key` is the key level's text for a
     /// keyed route, `None` otherwise. On error nothing is written.
     fn deliver(&self, key: Option<&str>, payload: &[u8]) -> Result<(), DispatchError>;
+    /// Whether a *retained* message (state a broker kept from the past)
+    /// is applied; see [`Dispatch::dispatch_retained`](super::Dispatch::dispatch_retained).
+    fn apply_retained(&self) -> bool {
+        true
+    }
 }
 
 fn malformed(e: DecodeError) -> DispatchError {
@@ -33,6 +38,8 @@ pub struct Link<'r, S: ?Sized, D, T> {
     sink: &'r S,
     decoder: D,
     max_payload: usize,
+    /// [`Link::apply_retained`]'s override of the record kind's default.
+    retained: Option<bool>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -43,6 +50,7 @@ impl<'r, S: ?Sized, D, T> Link<'r, S, D, T> {
             sink,
             decoder,
             max_payload: DEFAULT_MAX_PAYLOAD,
+            retained: None,
             _t: PhantomData,
         }
     }
@@ -50,6 +58,15 @@ impl<'r, S: ?Sized, D, T> Link<'r, S, D, T> {
     /// Sets the payload limit (larger payloads are rejected unread).
     pub const fn with_max_payload(mut self, bytes: usize) -> Self {
         self.max_payload = bytes;
+        self
+    }
+
+    /// Overrides whether retained messages are applied
+    /// ([`Target::apply_retained`]); by default they are, except into
+    /// `Mailbox` records (a command kept by a broker is not executed again
+    /// at every start).
+    pub const fn with_retained(mut self, apply: bool) -> Self {
+        self.retained = Some(apply);
         self
     }
 }
@@ -65,6 +82,10 @@ impl<S: Sink<T> + ?Sized, D: Decode<T>, T> Target for Link<'_, S, D, T> {
         let v = self.decoder.decode(payload).map_err(malformed)?;
         self.sink.write(v);
         Ok(())
+    }
+    fn apply_retained(&self) -> bool {
+        self.retained
+            .unwrap_or(self.sink.kind() != crate::record::Kind::Mailbox)
     }
 }
 
@@ -112,6 +133,9 @@ impl<K: KeyedSink<T> + ?Sized, D: Decode<T>, T> Target for KeyedLink<'_, K, D, T
             KeyError::Full => DispatchError::KeyTableFull,
             _ => DispatchError::KeyInvalid,
         })
+    }
+    fn apply_retained(&self) -> bool {
+        self.table.kind() != crate::record::Kind::Mailbox
     }
 }
 

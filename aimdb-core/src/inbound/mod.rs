@@ -277,8 +277,48 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'
     /// the others are still written (each link is an independent
     /// subscription) and the first error is returned.
     pub fn dispatch(&mut self, topic: &[u8], payload: &[u8]) -> Result<usize, DispatchError> {
-        let (written, result) = match self.route(topic, payload) {
-            Ok(out) => (out.written, out.finish()),
+        self.dispatch_with::<false>(topic, payload)
+    }
+
+    /// [`Self::dispatch`] for a message the transport marks as *retained*
+    /// (kept by a broker and replayed to each new subscriber, not sent
+    /// now): links that do not apply retained messages
+    /// ([`Target::apply_retained`]: by default, those into `Mailbox`
+    /// records, so an old command is not executed again at every start)
+    /// skip it, counted in [`Stats::retained_ignored`]. Returns the number
+    /// of records written, 0 if every matching link skipped it.
+    pub fn dispatch_retained(
+        &mut self,
+        topic: &[u8],
+        payload: &[u8],
+    ) -> Result<usize, DispatchError> {
+        self.dispatch_with::<true>(topic, payload)
+    }
+
+    /// Whether some link of `filter` (as declared) applies retained
+    /// messages: a connector asks the broker not to send retained messages
+    /// for a filter where none does.
+    pub fn wants_retained(&self, filter: &str) -> bool {
+        self.routes
+            .iter()
+            .any(|r| r.filter == filter && r.target.apply_retained())
+    }
+
+    /// `RETAINED` is a const parameter so plain `dispatch` compiles without
+    /// the retained checks.
+    fn dispatch_with<const RETAINED: bool>(
+        &mut self,
+        topic: &[u8],
+        payload: &[u8],
+    ) -> Result<usize, DispatchError> {
+        let (written, result) = match self.route::<RETAINED>(topic, payload) {
+            Ok(out) => {
+                if RETAINED && out.ignored > 0 {
+                    self.stats.retained_ignored =
+                        self.stats.retained_ignored.wrapping_add(out.ignored as u32);
+                }
+                (out.written, out.finish())
+            }
             Err(e) => (0, Err(e)),
         };
         // Writes made count even when another matching link rejected the
@@ -312,7 +352,11 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'
     }
 
     /// Delivers to every matching link; `Err` only for a bad topic.
-    fn route(&mut self, topic: &[u8], payload: &[u8]) -> Result<Outcome, DispatchError> {
+    fn route<const RETAINED: bool>(
+        &mut self,
+        topic: &[u8],
+        payload: &[u8],
+    ) -> Result<Outcome, DispatchError> {
         let (topic, h) = Topic::from_bytes_hashed(topic).map_err(|e| match e {
             TopicError::NotUtf8 => DispatchError::TopicNotUtf8,
             TopicError::TooLong | TopicError::TooManyLevels => DispatchError::TopicTooLong,
@@ -326,18 +370,23 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'
         while i != NIL {
             let r = &self.routes[i as usize];
             if r.hash == h && r.filter == text {
-                out.add(deliver(r.target, None, payload));
+                out.deliver::<RETAINED, D>(r.target, None, payload);
             }
             i = r.next;
         }
 
         if self.nodes.len() > 1 {
-            self.match_patterns(topic, payload, &mut out);
+            self.match_patterns::<RETAINED>(topic, payload, &mut out);
         }
         Ok(out)
     }
 
-    fn match_patterns(&self, topic: Topic<'_>, payload: &[u8], out: &mut Outcome) {
+    fn match_patterns<const RETAINED: bool>(
+        &self,
+        topic: Topic<'_>,
+        payload: &[u8],
+        out: &mut Outcome,
+    ) {
         let text = topic.as_str();
         // Level boundaries and hashes, computed once.
         let mut levels = [(0u16, 0u16, 0u32); MAX_LEVELS];
@@ -363,10 +412,10 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'
             let depth = depth as usize;
             let wild_ok = !(system && depth == 0);
             if node.hash != NIL && wild_ok {
-                self.deliver_node(node.hash, &level, payload, out);
+                self.deliver_node::<RETAINED>(node.hash, &level, payload, out);
             }
             if depth == n {
-                self.deliver_node(id, &level, payload, out);
+                self.deliver_node::<RETAINED>(id, &level, payload, out);
                 continue;
             }
             if node.plus != NIL && wild_ok {
@@ -387,7 +436,7 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'
         }
     }
 
-    fn deliver_node<'t>(
+    fn deliver_node<'t, const RETAINED: bool>(
         &self,
         node: u16,
         level: &impl Fn(usize) -> &'t str,
@@ -398,7 +447,7 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'
         while i != NIL {
             let r = &self.routes[i as usize];
             let key = (r.key_level != NO_KEY).then(|| level(r.key_level as usize));
-            out.add(deliver(r.target, key, payload));
+            out.deliver::<RETAINED, D>(r.target, key, payload);
             i = r.next;
         }
     }
@@ -409,6 +458,16 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'
 pub trait FrameSink {
     /// See [`Dispatch::dispatch`].
     fn dispatch(&mut self, topic: &[u8], payload: &[u8]) -> Result<usize, DispatchError>;
+    /// See [`Dispatch::dispatch_retained`]; by default the same as
+    /// `dispatch`.
+    fn dispatch_retained(&mut self, topic: &[u8], payload: &[u8]) -> Result<usize, DispatchError> {
+        self.dispatch(topic, payload)
+    }
+    /// See [`Dispatch::wants_retained`]; by default `true`.
+    fn wants_retained(&self, filter: &str) -> bool {
+        let _ = filter;
+        true
+    }
     /// Calls `f` with each declared filter once (see [`Dispatch::filters`]).
     fn for_each_filter(&self, f: &mut dyn FnMut(&str));
     /// See [`Dispatch::stats`].
@@ -420,6 +479,12 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> FrameSink
 {
     fn dispatch(&mut self, topic: &[u8], payload: &[u8]) -> Result<usize, DispatchError> {
         Dispatch::dispatch(self, topic, payload)
+    }
+    fn dispatch_retained(&mut self, topic: &[u8], payload: &[u8]) -> Result<usize, DispatchError> {
+        Dispatch::dispatch_retained(self, topic, payload)
+    }
+    fn wants_retained(&self, filter: &str) -> bool {
+        Dispatch::wants_retained(self, filter)
     }
     fn for_each_filter(&self, f: &mut dyn FnMut(&str)) {
         for filter in self.filters() {
@@ -447,9 +512,25 @@ struct Outcome {
     written: usize,
     matched: usize,
     first_err: Option<DispatchError>,
+    /// Matching links that skipped a retained message.
+    ignored: usize,
 }
 
 impl Outcome {
+    fn deliver<const RETAINED: bool, D: Target + ?Sized>(
+        &mut self,
+        t: &D,
+        key: Option<&str>,
+        payload: &[u8],
+    ) {
+        if RETAINED && !t.apply_retained() {
+            self.matched += 1;
+            self.ignored += 1;
+            return;
+        }
+        self.add(deliver(t, key, payload));
+    }
+
     fn add(&mut self, r: Result<(), DispatchError>) {
         self.matched += 1;
         match r {

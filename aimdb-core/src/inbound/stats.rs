@@ -27,6 +27,9 @@ pub struct Stats {
     pub key_table_full: u32,
     /// [`DispatchError::KeyInvalid`].
     pub key_invalid: u32,
+    /// Retained messages skipped by links that do not apply them (not a
+    /// rejection; see [`Dispatch::dispatch_retained`](super::Dispatch::dispatch_retained)).
+    pub retained_ignored: u32,
 }
 
 impl Stats {

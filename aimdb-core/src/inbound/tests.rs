@@ -432,3 +432,51 @@ fn growable_keyed_table_claims_on_first_sighting() {
     assert_eq!(b.key(), "b");
     assert_eq!(b.record().subscribe().unwrap().try_recv(), Ok(4));
 }
+
+#[test]
+fn retained_messages_skip_mailbox_links_unless_told_otherwise() {
+    use crate::record::Mailbox;
+    let state: Rec<u32> = Record::new("state");
+    let cmd: Record<NoopRawMutex, Mailbox<u32>, 1> = Record::new("cmd");
+    let forced: Record<NoopRawMutex, Mailbox<u32>, 1> = Record::new("forced");
+    let (ls, lc) = (Link::new(&state, Postcard), Link::new(&cmd, Postcard));
+    let lf = Link::new(&forced, Postcard).with_retained(true);
+    assert!(Target::apply_retained(&ls));
+    assert!(!Target::apply_retained(&lc));
+    assert!(Target::apply_retained(&lf));
+    let mut bld = LocalDispatch::<8, 8>::builder();
+    bld.link("dev/state", &ls)
+        .link("dev/cmd", &lc)
+        .link("dev/+", &lc)
+        .link("forced/cmd", &lf);
+    let mut d = bld.build().unwrap();
+    assert!(d.wants_retained("dev/state"));
+    assert!(!d.wants_retained("dev/cmd"));
+    assert!(d.wants_retained("forced/cmd"));
+    let (mut rs, mut rc, mut rf) = (
+        state.subscribe().unwrap(),
+        cmd.subscribe().unwrap(),
+        forced.subscribe().unwrap(),
+    );
+    assert_eq!(d.dispatch_retained(b"dev/state", &enc(1)), Ok(1));
+    assert_eq!(rs.try_recv(), Ok(1), "state applies retained messages");
+    assert_eq!(d.dispatch_retained(b"dev/cmd", &enc(2)), Ok(0));
+    assert_eq!(
+        rc.try_recv(),
+        Err(TryRecvError::Empty),
+        "an old command is not run"
+    );
+    // `dev/+` matched both topics: 1 skip for dev/state, 2 for dev/cmd.
+    assert_eq!(d.stats().retained_ignored, 3);
+    assert_eq!(d.stats().total_rejected(), 0, "skipping is not rejecting");
+    assert_eq!(d.dispatch_retained(b"forced/cmd", &enc(3)), Ok(1));
+    assert_eq!(rf.try_recv(), Ok(3));
+    // Not retained: delivered as always.
+    assert_eq!(d.dispatch(b"dev/cmd", &enc(4)), Ok(2));
+    assert_eq!(rc.try_recv(), Ok(4));
+    // dev/state matches `dev/+` too: the state link takes it, the command
+    // link skips it.
+    assert_eq!(d.dispatch_retained(b"dev/state", &enc(5)), Ok(1));
+    assert_eq!(rs.try_recv(), Ok(5));
+    assert_eq!(rc.try_recv(), Err(TryRecvError::Empty));
+}

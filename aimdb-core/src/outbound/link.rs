@@ -5,7 +5,7 @@ use core::marker::PhantomData;
 use core::task::{Context, Poll};
 
 use crate::codec::{Encode, EncodeError};
-use crate::record::{RecvError, Source};
+use crate::record::{Kind, RecvError, Source};
 use crate::topic::Topic;
 
 /// Where a route's topic comes from.
@@ -131,6 +131,8 @@ pub struct Produced {
     /// The source may hold more: poll the route again. `false`: the source
     /// registered the waker and the route waits for it.
     pub more: bool,
+    /// See [`Route::retain`].
+    pub retain: bool,
 }
 
 /// A route's value was skipped.
@@ -175,6 +177,11 @@ pub trait Route {
     /// Re-arms the source's current value (see
     /// [`crate::record::Reader::replay`]).
     fn replay(&mut self) {}
+    /// Whether transports that keep the last message per topic should keep
+    /// this route's ([`Message::retain`](super::Message::retain)).
+    fn retain(&self) -> bool {
+        false
+    }
 }
 
 /// An outbound link: source `S` (a [`crate::record::Reader`]), topic `Tp`
@@ -185,6 +192,8 @@ pub struct Link<S, Tp, E, K = Borrowed> {
     topic: Tp,
     encoder: E,
     errors: u32,
+    /// [`Link::retained`]'s override of the record kind's default.
+    retain: Option<bool>,
     _kind: PhantomData<K>,
 }
 
@@ -196,6 +205,7 @@ impl<S, Tp, E> Link<S, Tp, E, Borrowed> {
             topic,
             encoder,
             errors: 0,
+            retain: None,
             _kind: PhantomData,
         }
     }
@@ -210,6 +220,7 @@ impl<S, Tp, E> Link<S, Tp, E, Owned> {
             topic,
             encoder,
             errors: 0,
+            retain: None,
             _kind: PhantomData,
         }
     }
@@ -219,6 +230,15 @@ impl<S, Tp, E, K> Link<S, Tp, E, K> {
     /// The source.
     pub fn source(&self) -> &S {
         &self.source
+    }
+
+    /// Overrides whether this route's messages are retained
+    /// ([`Message::retain`](super::Message::retain)); by default `Latest`
+    /// records (state) are, `Ring` and `Mailbox` records are not.
+    #[must_use]
+    pub const fn retained(mut self, retain: bool) -> Self {
+        self.retain = Some(retain);
+        self
     }
 }
 
@@ -266,6 +286,10 @@ where
     fn replay(&mut self) {
         self.source.replay();
     }
+
+    fn retain(&self) -> bool {
+        self.retain.unwrap_or(self.source.kind() == Kind::Latest)
+    }
 }
 
 impl<S, Tp, E, K> Link<S, Tp, E, K>
@@ -301,6 +325,7 @@ where
             payload,
             lagged,
             more,
+            retain: Route::retain(self),
         })
     }
 }

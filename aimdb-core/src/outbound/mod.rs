@@ -81,6 +81,11 @@ pub struct Message<'m> {
     pub payload: &'m [u8],
     /// Values this route lost to `Ring` lag just before this one.
     pub lagged: u64,
+    /// A hint for transports that keep the last message per topic (MQTT's
+    /// retain flag): the route carries state. `true` by default for
+    /// `Latest` records, `false` for `Ring` and `Mailbox`; see
+    /// [`Link::retained`].
+    pub retain: bool,
 }
 
 /// Counters over all routes. Per-route error counts are on each
@@ -357,6 +362,7 @@ where
                 topic: "",
                 payload: &[],
                 lagged: 0,
+                retain: false,
             };
         };
         let topic = match p.topic_len {
@@ -376,6 +382,7 @@ where
             topic,
             payload,
             lagged: p.lagged,
+            retain: p.retain,
         }
     }
 }

@@ -430,3 +430,46 @@ fn replay_latest_republishes_state_only() {
         "MessageSource::next pulls the same way"
     );
 }
+
+#[test]
+fn latest_routes_are_retained_streams_and_commands_are_not() {
+    let state: &'static Record<Cs, Latest<u16>, 1> = leak(Record::new("state"));
+    let stream: &'static Record<Cs, Ring<u16, 4>, 2> = leak(Record::new("stream"));
+    let cmd: &'static Record<Cs, Mailbox<u16>, 1> = leak(Record::new("cmd"));
+    let quiet: &'static Record<Cs, Latest<u16>, 1> = leak(Record::new("quiet"));
+    let ready: &'static Readiness<1> = leak(Readiness::new());
+    let mut a = Link::new(state.subscribe().unwrap(), "s", Postcard);
+    let mut b = Link::new(stream.subscribe().unwrap(), "r", Postcard);
+    let mut c = Link::new(cmd.subscribe().unwrap(), "c", Postcard);
+    let mut d = Link::new(quiet.subscribe().unwrap(), "q", Postcard).retained(false);
+    let mut e = Link::new(stream.subscribe().unwrap(), "r2", Postcard).retained(true);
+    let (mut p, mut t) = ([0u8; 16], [0u8; 0]);
+    let mut bld = Routes::<_, 1, 8>::builder(ready, &mut p, &mut t);
+    bld.link(&mut a)
+        .link(&mut b)
+        .link(&mut c)
+        .link(&mut d)
+        .link(&mut e);
+    let mut routes = bld.build().unwrap();
+    state.write(1);
+    stream.write(2);
+    cmd.write(3);
+    quiet.write(4);
+    let mut seen = Vec::new();
+    let mut cx = Context::from_waker(Waker::noop());
+    while let Poll::Ready(m) = routes.poll_next(&mut cx) {
+        seen.push((std::string::String::from(m.topic), m.retain));
+    }
+    seen.sort();
+    let want: Vec<(std::string::String, bool)> = [
+        ("c", false),
+        ("q", false),
+        ("r", false),
+        ("r2", true),
+        ("s", true),
+    ]
+    .iter()
+    .map(|&(t, r)| (std::string::String::from(t), r))
+    .collect();
+    assert_eq!(seen, want);
+}

@@ -12,6 +12,20 @@ pub enum Take<T> {
     Lagged(u64),
 }
 
+/// Which of the three buffer kinds a record has, for transports that treat
+/// state, streams and commands differently (MQTT retains state and does
+/// not apply retained commands).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Kind {
+    /// [`Latest`]: state; the newest value is the truth.
+    Latest,
+    /// [`Ring`]: a stream of values.
+    Ring,
+    /// [`Mailbox`]: commands, each taken once.
+    Mailbox,
+}
+
 /// A buffer kind: how writes are kept and how readers see them.
 ///
 /// Implemented by [`Latest`], [`Ring`] and [`Mailbox`]; sealed so the record's
@@ -19,12 +33,16 @@ pub enum Take<T> {
 pub trait Buffer: sealed::Sealed {
     /// The value type.
     type Item;
+    /// Which kind this is.
+    const KIND: Kind;
     /// Per-reader position.
     type Cursor: Copy + Send + Sync;
     /// The empty buffer (used by `const fn` constructors).
     const EMPTY: Self;
-    /// Stores a value; never blocks, never fails.
-    fn push(&mut self, value: Self::Item);
+    /// Stores a value; never blocks, never fails. Returns whether it
+    /// replaced a value no reader took (`Latest`, `Mailbox`; a `Ring`
+    /// reports overwritten values to the reader that lags instead).
+    fn push(&mut self, value: Self::Item) -> bool;
     /// The cursor of a reader subscribing now.
     fn subscribe(&self) -> Self::Cursor;
     /// Takes the next value for the reader at `cursor`.
@@ -55,20 +73,27 @@ mod sealed {
 pub struct Latest<T> {
     value: Option<T>,
     seq: u32,
+    /// Some reader took the current value.
+    taken: bool,
 }
 
 impl<T: Clone> Buffer for Latest<T> {
     type Item = T;
+    const KIND: Kind = Kind::Latest;
     /// The write sequence number this reader last saw.
     type Cursor = u32;
     const EMPTY: Self = Self {
         value: None,
         seq: 0,
+        taken: false,
     };
 
-    fn push(&mut self, value: T) {
+    fn push(&mut self, value: T) -> bool {
+        let replaced = self.value.is_some() && !self.taken;
         self.value = Some(value);
         self.seq = self.seq.wrapping_add(1);
+        self.taken = false;
+        replaced
     }
 
     fn subscribe(&self) -> u32 {
@@ -93,6 +118,7 @@ impl<T: Clone> Buffer for Latest<T> {
         match &self.value {
             Some(v) if *cursor != self.seq => {
                 *cursor = self.seq;
+                self.taken = true;
                 Take::Value(v.clone())
             }
             _ => Take::Empty,
@@ -115,6 +141,7 @@ pub struct Ring<T, const N: usize> {
 
 impl<T: Clone, const N: usize> Buffer for Ring<T, N> {
     type Item = T;
+    const KIND: Kind = Kind::Ring;
     /// Sequence number of the next value this reader reads.
     type Cursor = u64;
     const EMPTY: Self = {
@@ -125,9 +152,10 @@ impl<T: Clone, const N: usize> Buffer for Ring<T, N> {
         }
     };
 
-    fn push(&mut self, value: T) {
+    fn push(&mut self, value: T) -> bool {
         self.slots[(self.head % N as u64) as usize] = Some(value);
         self.head += 1;
+        false
     }
 
     fn subscribe(&self) -> u64 {
@@ -170,11 +198,12 @@ pub struct Mailbox<T> {
 
 impl<T> Buffer for Mailbox<T> {
     type Item = T;
+    const KIND: Kind = Kind::Mailbox;
     type Cursor = ();
     const EMPTY: Self = Self { value: None };
 
-    fn push(&mut self, value: T) {
-        self.value = Some(value);
+    fn push(&mut self, value: T) -> bool {
+        self.value.replace(value).is_some()
     }
 
     fn subscribe(&self) {}

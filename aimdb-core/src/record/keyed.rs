@@ -179,6 +179,10 @@ pub trait KeyedSink<T> {
     fn name(&self) -> &'static str;
     /// Writes `value` to `key`'s slot, claiming it on first sighting.
     fn write_key(&self, key: &str, value: T) -> Result<(), KeyError>;
+    /// The slots' buffer kind (`Latest` unless said otherwise).
+    fn kind(&self) -> super::Kind {
+        super::Kind::Latest
+    }
 }
 
 impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> KeyedSink<B::Item>
@@ -189,6 +193,9 @@ impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> KeyedSink<B::Item>
     }
     fn write_key(&self, key: &str, value: B::Item) -> Result<(), KeyError> {
         self.write(key, value)
+    }
+    fn kind(&self) -> super::Kind {
+        B::KIND
     }
 }
 
@@ -287,6 +294,9 @@ mod growable {
         }
         fn write_key(&self, key: &str, value: B::Item) -> Result<(), KeyError> {
             self.write(key, value)
+        }
+        fn kind(&self) -> crate::record::Kind {
+            B::KIND
         }
     }
 }

@@ -38,7 +38,7 @@ use core::task::Waker;
 use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
 
-pub use buffer::{Buffer, Latest, Mailbox, Ring, Take};
+pub use buffer::{Buffer, Kind, Latest, Mailbox, Ring, Take};
 pub use keyed::{KeyError, Keyed, KeyedSink, KEY_MAX_LEN};
 #[cfg(feature = "alloc")]
 pub use keyed::{KeySlot, KeyedVec};
@@ -72,6 +72,9 @@ struct State<B: Buffer, const R: usize> {
     /// Bit `i`: reader `i`'s waker is stored and it waits for a write.
     waiting: u32,
     writes: u64,
+    /// Writes that replaced a value no reader took, while some reader was
+    /// subscribed.
+    replaced: u64,
 }
 
 /// The result of one receive attempt: what was taken and whether the
@@ -155,6 +158,7 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
                     wakers: [const { None }; R],
                     waiting: 0,
                     writes: 0,
+                    replaced: 0,
                 })),
             }
         }
@@ -172,7 +176,9 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
         let waiting = self.state.lock(|s| {
             let mut s = s.borrow_mut();
             let s = &mut *s;
-            s.buf.push(value);
+            if s.buf.push(value) && s.cursors.iter().any(Option::is_some) {
+                s.replaced += 1;
+            }
             s.writes += 1;
             let waiting = core::mem::take(&mut s.waiting);
             let mut m = waiting;
@@ -197,6 +203,15 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
     /// Total number of writes so far.
     pub fn writes(&self) -> u64 {
         self.state.lock(|s| s.borrow().writes)
+    }
+
+    /// Writes that replaced a value no reader took (`Latest`, `Mailbox`)
+    /// while at least one reader was subscribed: commands overwritten
+    /// before the consumer ran ("latest wins" made visible), state updates
+    /// coalesced. A `Ring` reports lost values as [`RecvError::Lagged`]
+    /// to the reader instead; this stays 0 for it.
+    pub fn replaced(&self) -> u64 {
+        self.state.lock(|s| s.borrow().replaced)
     }
 
     /// A cheap copyable write handle.
@@ -327,6 +342,10 @@ pub trait Sink<T> {
     fn name(&self) -> &'static str;
     /// Writes `value` (see [`Record::write`]).
     fn write(&self, value: T);
+    /// The record's buffer kind (`Latest` unless said otherwise).
+    fn kind(&self) -> Kind {
+        Kind::Latest
+    }
 }
 
 impl<M: RawMutex, B: Buffer, const R: usize> Sink<B::Item> for Record<M, B, R> {
@@ -335,6 +354,9 @@ impl<M: RawMutex, B: Buffer, const R: usize> Sink<B::Item> for Record<M, B, R> {
     }
     fn write(&self, value: B::Item) {
         Record::write(self, value);
+    }
+    fn kind(&self) -> Kind {
+        B::KIND
     }
 }
 

@@ -7,7 +7,7 @@ use core::task::{Context, Poll};
 
 use embassy_sync::blocking_mutex::raw::RawMutex;
 
-use super::{Buffer, Record, RecvError, Take, TryRecvError};
+use super::{Buffer, Kind, Record, RecvError, Take, TryRecvError};
 
 /// One reader slot of a record. Dropping it frees the slot.
 pub struct Reader<'a, M: RawMutex, B: Buffer, const R: usize> {
@@ -127,10 +127,18 @@ pub trait Source {
     }
     /// See [`Reader::replay`].
     fn replay(&mut self) {}
+    /// The record's buffer kind, if the source is a record (a `Ring` is
+    /// assumed otherwise: a stream, nothing retained).
+    fn kind(&self) -> Kind {
+        Kind::Ring
+    }
 }
 
 impl<M: RawMutex, B: Buffer, const R: usize> Source for Reader<'_, M, B, R> {
     type Item = B::Item;
+    fn kind(&self) -> Kind {
+        B::KIND
+    }
     fn name(&self) -> &'static str {
         self.record.name()
     }

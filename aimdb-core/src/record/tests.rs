@@ -169,3 +169,50 @@ fn writer_thread_wakes_parked_readers() {
         assert_eq!(got, (0..N).collect::<Vec<_>>());
     }
 }
+
+#[test]
+fn mailbox_counts_commands_replaced_before_they_were_taken() {
+    let rec: Record<NoopRawMutex, Mailbox<u32>, 1> = Record::new("cmd");
+    rec.write(1);
+    rec.write(2);
+    assert_eq!(rec.replaced(), 0, "nobody subscribed: nothing to lose");
+    let mut r = rec.subscribe().unwrap();
+    rec.write(3); // replaces 2, which no reader took
+    assert_eq!(rec.replaced(), 1);
+    assert_eq!(r.try_recv(), Ok(3));
+    rec.write(4); // the slot was empty
+    assert_eq!(rec.replaced(), 1);
+    for v in 5..25 {
+        rec.write(v); // a burst: 20 writes, the first lands on 4
+    }
+    assert_eq!(rec.replaced(), 21);
+    assert_eq!(r.try_recv(), Ok(24), "latest wins");
+    assert_eq!(rec.writes(), 24);
+}
+
+#[test]
+fn latest_counts_values_no_reader_took() {
+    let rec: Record<NoopRawMutex, Latest<u32>, 2> = Record::new("state");
+    let mut a = rec.subscribe().unwrap();
+    let mut b = rec.subscribe().unwrap();
+    rec.write(1);
+    assert_eq!(a.try_recv(), Ok(1));
+    rec.write(2); // 1 was taken by a
+    assert_eq!(rec.replaced(), 0);
+    rec.write(3); // 2 was taken by nobody
+    assert_eq!(rec.replaced(), 1);
+    assert_eq!(b.try_recv(), Ok(3));
+    rec.write(4);
+    assert_eq!(rec.replaced(), 1, "one reader taking it is enough");
+}
+
+#[test]
+fn ring_never_counts_replaced_its_readers_see_lagged() {
+    let rec: Record<NoopRawMutex, Ring<u32, 2>, 1> = Record::new("stream");
+    let mut r = rec.subscribe().unwrap();
+    for v in 0..5 {
+        rec.write(v);
+    }
+    assert_eq!(rec.replaced(), 0);
+    assert_eq!(r.try_recv(), Err(TryRecvError::Lagged(3)));
+}

@@ -151,7 +151,7 @@ pub async fn mqtt_connector<C: mqtt::Connect>(
     let mut readings = OutLink::new(readings, topics::READINGS, Postcard);
     let mut status = OutLink::new(status, topics::STATUS, Postcard);
     let mut link = OutLink::new(link, topics::LINK, Postcard);
-    // The largest payload is a LinkStats: at most 25 bytes of postcard.
+    // The largest payload is a LinkStats: at most 30 bytes of postcard.
     let (mut payload, mut topic) = ([0u8; 32], [0u8; 0]);
     let routes = {
         let mut b = Routes::<_, 1, 3>::builder(&MQTT_READY, &mut payload, &mut topic);
@@ -184,6 +184,7 @@ pub async fn link_stats() {
             published: s.published,
             reconnects: s.reconnects,
             connect_failures: s.connect_failures,
+            commands_replaced: CMD.replaced() as u32,
         };
         // `published` moves with every publish, this one's included:
         // compare without it, or the record would never settle.

@@ -203,13 +203,15 @@ pub fn status_line() -> String {
     let d = DEVICE_LINK.snapshot();
     let m = MQTT.snapshot();
     format!(
-        "device→gw {:>6} frames  gw→device {:>4}  rejected {:>3}  | mqtt published {:>6} received {:>4} rejected {:>3} reconnects {} {}",
+        "device→gw {:>6} frames  gw→device {:>4}  rejected {:>3}  | mqtt published {:>6} received {:>4} rejected {:>3} lagged {} cmd replaced {} reconnects {} {}",
         d.frames_in,
         d.frames_out,
         d.dropped_in(),
         m.published,
         m.received,
         m.rejected,
+        m.lagged,
+        COMMAND.replaced(),
         m.reconnects,
         if MQTT.is_connected() { "(connected)" } else { "(not connected)" },
     )

@@ -52,6 +52,8 @@ pub struct LinkStats {
     pub reconnects: u32,
     /// Failed connection attempts.
     pub connect_failures: u32,
+    /// Commands replaced in the device's mailbox before they were applied.
+    pub commands_replaced: u32,
 }
 
 /// Topics on the device link (and, under a prefix, on MQTT through the

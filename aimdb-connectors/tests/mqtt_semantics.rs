@@ -1,0 +1,176 @@
+//! MQTT semantics by record kind, against a real mosquitto: state is
+//! retained for late subscribers, streams and commands are not; a retained
+//! command is not executed by a connector that starts after it; clearing a
+//! retained message is not a rejection; commands replaced before they were
+//! taken are counted. `mosquitto_sub` / `mosquitto_pub` play the other
+//! clients (see `mosquitto/mod.rs`).
+#![cfg(all(feature = "mqtt", feature = "tokio"))]
+
+mod mosquitto;
+
+use aimdb_connectors::mqtt::{Backoff, Config, Counters, QoS, RouteQos};
+use aimdb_core::codec::Postcard;
+use aimdb_core::inbound::{Dispatch, Link as InLink};
+use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::record::{Latest, Mailbox, Record, Ring, TryRecvError};
+use aimdb_core::sync::Readiness;
+use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+use mosquitto::{
+    alongside, connector, free_port, publish, publish_retained, tcp, until, Broker, Sub,
+};
+
+fn config(client_id: &str) -> Config<'_> {
+    let mut c = Config::new(client_id);
+    c.backoff = Backoff {
+        min_ms: 20,
+        max_ms: 200,
+    };
+    c.publish_qos = RouteQos::All(QoS::AtLeastOnce);
+    c
+}
+
+/// A `Latest` route publishes retained: a subscriber that arrives after the
+/// value went out still gets it. A `Ring` route does not retain.
+#[tokio::test]
+async fn latest_state_is_retained_for_late_subscribers_streams_are_not() {
+    static STATE: Record<Cs, Latest<u32>, 1> = Record::new("state");
+    static STREAM: Record<Cs, Ring<u32, 8>, 1> = Record::new("stream");
+    static READY: Readiness<1> = Readiness::new();
+
+    let port = free_port();
+    let broker = Broker::anonymous(port);
+    let mut early = Sub::start(&broker, "early", "kind/#").await;
+    let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
+    let mut state = OutLink::new(STATE.subscribe().unwrap(), "kind/state", Postcard);
+    let mut stream = OutLink::new(STREAM.subscribe().unwrap(), "kind/stream", Postcard);
+    let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
+    let mut b = Routes::<_, 1, 2>::builder(&READY, &mut payload, &mut topic);
+    b.link(&mut state).link(&mut stream);
+    let mut routes = b.build().unwrap();
+    let counters = Counters::new();
+    let (mut rx, mut tx) = ([0u8; 256], [0u8; 512]);
+    let mut mqtt = connector(
+        config("aimdb-kinds"),
+        &mut rx,
+        &mut tx,
+        tcp(port),
+        &counters,
+    );
+
+    alongside(mqtt.run(&mut inbound, &mut routes), async {
+        until("connected", || counters.is_connected()).await;
+        STATE.write(21);
+        STREAM.write(7);
+        // Both reached the broker (an early subscriber saw them).
+        let mut got = vec![early.next().await, early.next().await];
+        got.sort();
+        assert_eq!(got, ["kind/state 15", "kind/stream 07"]);
+
+        let mut late = Sub::start(&broker, "late", "kind/#").await;
+        assert_eq!(late.next().await, "kind/state 15", "state is retained");
+        STREAM.write(8);
+        // The next line is the live stream value, not a retained one.
+        assert_eq!(
+            late.next().await,
+            "kind/stream 08",
+            "streams are not retained"
+        );
+    })
+    .await;
+}
+
+/// A command kept by the broker (published retained before the connector
+/// started) is not executed; retained state is applied; clearing the
+/// retained command (an empty retained payload) is counted as `cleared`,
+/// not rejected; live commands run as always.
+#[tokio::test]
+async fn a_retained_command_is_not_run_at_start_and_clearing_it_is_not_a_rejection() {
+    static CMD: Record<Cs, Mailbox<u32>, 1> = Record::new("cmd");
+    static SETPOINT: Record<Cs, Latest<u32>, 1> = Record::new("setpoint");
+    static READY: Readiness<1> = Readiness::new();
+
+    let port = free_port();
+    let broker = Broker::anonymous(port);
+    // Left on the broker "minutes ago": a command and a setpoint.
+    publish_retained(&broker, "dev/cmd", &[0x07]).await;
+    publish_retained(&broker, "dev/setpoint", &[0x05]).await;
+
+    let mut cmds = CMD.subscribe().unwrap();
+    let mut setpoint = SETPOINT.subscribe().unwrap();
+    let (cmd_in, sp_in) = (
+        InLink::new(&CMD, Postcard),
+        InLink::new(&SETPOINT, Postcard),
+    );
+    let mut b = Dispatch::<2, 2>::builder();
+    b.link("dev/cmd", &cmd_in).link("dev/setpoint", &sp_in);
+    let mut inbound = b.build().unwrap();
+    let mut routes = Routes::<_, 1, 1>::builder(&READY, &mut [], &mut [])
+        .build()
+        .unwrap();
+    let counters = Counters::new();
+    let (mut rx, mut tx) = ([0u8; 256], [0u8; 256]);
+    let mut mqtt = connector(
+        config("aimdb-device"),
+        &mut rx,
+        &mut tx,
+        tcp(port),
+        &counters,
+    );
+
+    alongside(mqtt.run(&mut inbound, &mut routes), async {
+        until("the retained setpoint applied", || SETPOINT.writes() == 1).await;
+        assert_eq!(setpoint.try_recv(), Ok(5));
+        // A live command after the subscription: the first one the mailbox
+        // ever sees.
+        publish(&broker, "dev/cmd", &[0x09]).await;
+        until("the live command", || CMD.writes() >= 1).await;
+        assert_eq!(cmds.try_recv(), Ok(9));
+        assert_eq!(CMD.writes(), 1, "the retained command was never written");
+        // Clear the retained command: subscribers get an empty payload.
+        publish_retained(&broker, "dev/cmd", &[]).await;
+        until("the clear", || counters.cleared() == 1).await;
+        assert_eq!(counters.rejected(), 0, "a clear is not a bad payload");
+        assert_eq!(cmds.try_recv(), Err(TryRecvError::Empty));
+    })
+    .await;
+    let log = broker.log();
+    assert!(
+        log.contains("dev/cmd") && log.contains("aimdb-device"),
+        "the broker saw the subscription:\n{log}"
+    );
+}
+
+/// 20 commands in one burst while the consumer is busy: `Mailbox` keeps
+/// the last (latest wins) and counts the 19 it replaced.
+#[tokio::test]
+async fn commands_replaced_before_they_were_taken_are_counted() {
+    static CMD: Record<Cs, Mailbox<u32>, 1> = Record::new("cmd");
+    static READY: Readiness<1> = Readiness::new();
+
+    let port = free_port();
+    let broker = Broker::anonymous(port);
+    let mut cmds = CMD.subscribe().unwrap();
+    let cmd_in = InLink::new(&CMD, Postcard);
+    let mut b = Dispatch::<1, 1>::builder();
+    b.link("dev/cmd", &cmd_in);
+    let mut inbound = b.build().unwrap();
+    let mut routes = Routes::<_, 1, 1>::builder(&READY, &mut [], &mut [])
+        .build()
+        .unwrap();
+    let counters = Counters::new();
+    let (mut rx, mut tx) = ([0u8; 256], [0u8; 256]);
+    let mut mqtt = connector(config("aimdb-busy"), &mut rx, &mut tx, tcp(port), &counters);
+
+    alongside(mqtt.run(&mut inbound, &mut routes), async {
+        until("connected", || counters.is_connected()).await;
+        broker.wait_log("Sending SUBACK to aimdb-busy").await;
+        for v in 1..=20u8 {
+            publish(&broker, "dev/cmd", &[v]).await;
+        }
+        until("all 20 received", || counters.received() == 20).await;
+        assert_eq!(CMD.writes(), 20);
+        assert_eq!(CMD.replaced(), 19, "the 19 overwritten are visible");
+        assert_eq!(cmds.try_recv(), Ok(20), "latest wins");
+    })
+    .await;
+}
