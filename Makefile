@@ -103,9 +103,14 @@ bench:
 
 ## Soak (not in `ci`): 1,000,000 messages over 256 routes, framed over TCP
 ## with the fault transport in the path, then MQTT through a mosquitto
-## restarted half-way; fails past 10 minutes. Prints duration and RSS.
+## restarted half-way; fails past 10 minutes. Prints duration and RSS. Then
+## 1,000,000 QoS 1 messages between two connectors with persistent
+## sessions through a mosquitto with persistence, restarted gracefully
+## (0 lost) and killed (loss reported, bounded); `make test` runs 20,000.
 soak:
 	$(CARGO) test --release -p aimdb-connectors --all-features --test soak -- --ignored --nocapture
+	MQTT_PERSIST_TOTAL=1000000 $(CARGO) test --release -p aimdb-connectors --all-features \
+	  --test mqtt_persistence -- --nocapture --test-threads 1
 
 ## libFuzzer targets in fuzz/ (nightly; installs cargo-fuzz when missing):
 ## each for FUZZ_SECONDS from the committed corpus; non-zero on a finding.

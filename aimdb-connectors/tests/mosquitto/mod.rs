@@ -232,6 +232,23 @@ impl Broker {
         );
     }
 
+    /// Stops the broker with SIGTERM (a broker with persistence saves its
+    /// sessions and queued messages first) and waits for it to exit; the
+    /// guard then holds nothing to kill.
+    pub fn terminate(mut self) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -TERM {pid}: {sent}");
+        let deadline = Instant::now() + WAIT;
+        while self.child.try_wait().expect("broker status").is_none() {
+            assert!(Instant::now() < deadline, "mosquitto {pid} ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The filters `client` subscribed to, from mosquitto's
     /// `<time>: <client> <qos> <filter>` log lines (`log_type all`).
     pub fn subscriptions(&self, client: &str) -> Vec<String> {
