@@ -50,7 +50,8 @@ clippy:
 	$(CARGO) clippy -p aimdb-connectors --all-targets --all-features -- -D warnings
 	$(CARGO) clippy -p aimdb-connectors --lib --features mqtt -- -D warnings
 	$(CARGO) clippy -p aimdb-core --all-targets -- -D warnings
-	$(CARGO) clippy -p aimdb-core --all-targets --features std,json,log -- -D warnings
+	$(CARGO) clippy -p aimdb-core --all-targets --features std,json -- -D warnings
+	$(CARGO) clippy -p aimdb-connectors --lib --features mqtt,log -- -D warnings
 	$(CARGO) clippy -p aimdb-core --lib --features defmt -- -D warnings
 
 ## Loom model of the outbound wake-up path, and clippy on the loom build

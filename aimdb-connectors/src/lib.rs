@@ -11,6 +11,9 @@
 #[cfg(feature = "std")]
 extern crate std;
 
+#[macro_use]
+mod log_shim;
+
 pub mod fault;
 pub mod framed;
 pub mod loopback;

@@ -19,8 +19,8 @@ use std::path::PathBuf;
 
 use aimdb_connectors::mqtt::rustls::{CertificateError, Error as TlsError};
 use aimdb_connectors::mqtt::{
-    Backoff, Config, Connect, Counters, QoS, Reconnect, RouteQos, Stopped, TlsConnect,
-    TlsConnectError,
+    Backoff, Cause, Config, Connect, ConnectFailure, Counters, QoS, Reconnect, RouteQos, Stopped,
+    TlsConnect, TlsConnectError,
 };
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound::{Dispatch, Link as InLink};
@@ -124,7 +124,12 @@ async fn round_trip<C: Connect>(broker: &Broker, clients: &ClientArgs, connect: 
 /// `run` returns `ConnectFailed(3)`. A value written to its outbound record
 /// must not reach `sub`, and a message published to its inbound topic must
 /// not reach its record.
-async fn refused<C: Connect>(sub: &mut Sub, clients: &ClientArgs, connect: C, password: &str) {
+async fn refused<C: Connect>(
+    sub: &mut Sub,
+    clients: &ClientArgs,
+    connect: C,
+    password: &str,
+) -> Option<Cause> {
     let (out, inn, mut inbound, mut routes) = routed();
 
     // Pending before the first attempt: would go out on a connection.
@@ -153,6 +158,7 @@ async fn refused<C: Connect>(sub: &mut Sub, clients: &ClientArgs, connect: C, pa
     // connector gave up: nothing of the connector's came before it.
     publish(clients, "dev/state", b"end").await;
     assert_eq!(sub.next().await, "dev/state 656e64");
+    counters.last_error()
 }
 
 /// A CA and a server certificate it signed, valid for `localhost` and
@@ -241,7 +247,13 @@ async fn password_auth_wrong_password_is_refused_and_nothing_flows() {
     let clients = ClientArgs::new(&broker).user(USER, PASSWORD);
     let mut sub = Sub::start_with(&broker, &clients, "watcher", "dev/state").await;
     let connect = tcp(broker.port);
-    refused(&mut sub, &clients, connect, "wrong horse").await;
+    let why = refused(&mut sub, &clients, connect, "wrong horse").await;
+    // 0x86 bad user name or password (0x87 not authorized from some
+    // brokers): readable while it runs, kept after it stops.
+    assert!(
+        matches!(why, Some(Cause::Refused(0x86 | 0x87))),
+        "last error {why:?}"
+    );
     // mosquitto 2.0 names no client id on a refused login; the watcher
     // and mosquitto_pub log in fine, so every refusal is the connector's.
     let log = broker.log();
@@ -326,7 +338,8 @@ async fn tls_untrusted_ca_or_wrong_name_fails_to_connect_and_is_counted() {
     // The connector with the other CA (and the right password): attempts
     // fail in the handshake, are counted, and it gives up without a panic.
     let mut sub = Sub::start_with(&broker, &clients, "watcher", "dev/state").await;
-    refused(&mut sub, &clients, untrusted, PASSWORD).await;
+    let why = refused(&mut sub, &clients, untrusted, PASSWORD).await;
+    assert_eq!(why, Some(Cause::Connect(ConnectFailure::Tls)));
     // No MQTT session was ever opened by it.
     assert!(!broker.log().contains("aimdb-refused"), "{}", broker.log());
 }

@@ -15,7 +15,9 @@ mod mosquitto;
 
 use std::cell::Cell;
 
-use aimdb_connectors::mqtt::{Backoff, Config, Counters, QoS, Reconnect, RouteQos, Stopped};
+use aimdb_connectors::mqtt::{
+    Backoff, Cause, Config, ConnectFailure, Counters, QoS, Reconnect, RouteQos, Stopped,
+};
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound::{Dispatch, KeyedLink, Link as InLink};
 use aimdb_core::outbound::{Link as OutLink, Routes};
@@ -332,6 +334,11 @@ async fn reconnecting_disabled_stops_at_the_first_drop() {
     let stopped = within("run to give up", mqtt.run(&mut inbound, &mut routes)).await;
     assert_eq!(stopped, Stopped::ConnectFailed(3));
     assert_eq!(counters.connect_failures(), 3);
+    assert_eq!(
+        counters.last_error(),
+        Some(Cause::Connect(ConnectFailure::Refused)),
+        "nothing listens: TCP refused"
+    );
 }
 
 /// Reads one MQTT packet: (first header byte, body).
@@ -390,10 +397,12 @@ async fn missed_ping_response_and_missing_connack_lead_to_reconnect() {
             !counters.is_connected()
         })
         .await;
+        assert_eq!(counters.last_error(), Some(Cause::Disconnected));
 
         // 2: accepts TCP, never sends CONNACK.
         let (_second, _) = within("connection 2", listener.accept()).await.unwrap();
         until("the connect timeout", || counters.connect_failures() == 1).await;
+        assert_eq!(counters.last_error(), Some(Cause::ConnectTimeout));
 
         // 3: a working broker again.
         let (mut third, _) = within("connection 3", listener.accept()).await.unwrap();
@@ -486,6 +495,7 @@ async fn session_reopened_then_silent_broker_dropped_and_the_unacknowledged_publ
         })
         .await;
         assert_eq!(counters.ack_timeouts(), 1);
+        assert_eq!(counters.last_error(), Some(Cause::AckTimeout));
 
         // 3: resumed; the publish again, marked DUP.
         let (mut third, _) = within("connection 3", listener.accept()).await.unwrap();

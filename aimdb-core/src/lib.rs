@@ -72,7 +72,7 @@
 //! | `alloc` | owned encoders (`Vec<u8>`), growable keyed tables, `Arc` readiness handles |
 //! | `std` | implies `alloc`; `sync::HostRawMutex` |
 //! | `json` | JSON codec (hosts) |
-//! | `defmt` / `log` | the crate's logging shim (at most one) |
+//! | `defmt` | `defmt::Format` for the error and kind types |
 //!
 //! ## Example
 //!
@@ -97,12 +97,6 @@
 extern crate alloc;
 #[cfg(any(test, feature = "std"))]
 extern crate std;
-
-#[cfg(all(feature = "defmt", feature = "log"))]
-compile_error!("features `defmt` and `log` are mutually exclusive: pick one logging backend");
-
-#[macro_use]
-mod log_shim;
 
 pub mod codec;
 pub mod inbound;

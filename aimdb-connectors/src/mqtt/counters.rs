@@ -2,6 +2,8 @@
 
 use portable_atomic::{AtomicBool, AtomicU32, Ordering};
 
+use super::Cause;
+
 /// Live counters of one MQTT connector.
 ///
 /// The connector is the only writer, so each bump is a `load` and a
@@ -22,6 +24,8 @@ pub struct Counters {
     ack_timeouts: AtomicU32,
     cleared: AtomicU32,
     lagged: AtomicU32,
+    /// [`Cause::pack`]ed, 0: none yet.
+    last_error: AtomicU32,
     connected: AtomicBool,
 }
 
@@ -72,6 +76,7 @@ impl Counters {
             ack_timeouts: AtomicU32::new(0),
             cleared: AtomicU32::new(0),
             lagged: AtomicU32::new(0),
+            last_error: AtomicU32::new(0),
             connected: AtomicBool::new(false),
         }
     }
@@ -121,6 +126,14 @@ impl Counters {
     /// [`Snapshot::lagged`].
     pub fn lagged(&self) -> u32 {
         self.lagged.load(Ordering::Relaxed)
+    }
+
+    /// Why the last connection attempt failed or the last connection
+    /// ended (`None` until the first failure). It stays after a successful
+    /// reconnect: it is the last error, not the state (see
+    /// [`Self::is_connected`]).
+    pub fn last_error(&self) -> Option<Cause> {
+        Cause::unpack(self.last_error.load(Ordering::Relaxed))
     }
 
     /// Whether connected and subscribed right now.
@@ -174,6 +187,9 @@ impl Counters {
             self.lagged
                 .store(c.wrapping_add(n as u32), Ordering::Relaxed);
         }
+    }
+    pub(super) fn set_last_error(&self, cause: Cause) {
+        self.last_error.store(cause.pack(), Ordering::Relaxed);
     }
     pub(super) fn set_connected(&self, on: bool) {
         self.connected.store(on, Ordering::Release);

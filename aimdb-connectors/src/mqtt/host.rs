@@ -8,7 +8,7 @@ use ::tokio::net::TcpStream;
 use embedded_hal_async::delay::DelayNs;
 use embedded_io_adapters::tokio_1::FromTokio;
 
-use super::Connect;
+use super::{Connect, ConnectFailure};
 
 /// Opens a TCP connection to the broker at `addr`: `"host:1883"`,
 /// `"127.0.0.1:1883"`, `"[::1]:1883"`, or a `SocketAddr`.
@@ -50,6 +50,23 @@ impl Connect for TcpConnect {
         // MQTT packets are small and written whole: no Nagle delay.
         stream.set_nodelay(true)?;
         Ok(FromTokio::new(stream))
+    }
+
+    fn failure(error: &std::io::Error) -> ConnectFailure {
+        io_failure(error)
+    }
+}
+
+/// How a TCP connect failed.
+pub(super) fn io_failure(error: &std::io::Error) -> ConnectFailure {
+    use std::io::ErrorKind as K;
+    match error.kind() {
+        K::ConnectionRefused => ConnectFailure::Refused,
+        K::TimedOut => ConnectFailure::TimedOut,
+        K::HostUnreachable | K::NetworkUnreachable | K::AddrNotAvailable => {
+            ConnectFailure::Unreachable
+        }
+        _ => ConnectFailure::Other,
     }
 }
 

@@ -123,6 +123,7 @@
 #![forbid(unsafe_code)]
 
 mod backoff;
+mod cause;
 mod counters;
 #[cfg(feature = "tokio")]
 mod host;
@@ -133,6 +134,7 @@ mod tls;
 use core::fmt;
 
 pub use backoff::{Backoff, Reconnect};
+pub use cause::{Cause, ConnectFailure};
 pub use counters::{Counters, Snapshot};
 #[cfg(feature = "tokio")]
 pub use host::{TcpConnect, TokioDelay};
@@ -293,6 +295,12 @@ pub trait Connect {
     type Error: fmt::Debug;
     /// Opens the stream (TCP connect, TLS handshake, …).
     async fn connect(&mut self) -> Result<Self::Connection<'_>, Self::Error>;
+    /// How `error` failed, for [`Counters::last_error`]; by default
+    /// [`ConnectFailure::Other`].
+    fn failure(error: &Self::Error) -> ConnectFailure {
+        let _ = error;
+        ConnectFailure::Other
+    }
 }
 
 /// A configuration the MQTT session cannot take.

@@ -16,10 +16,10 @@ use minimq::{
 };
 use portable_atomic::{AtomicU32, Ordering};
 
-use super::{Config, Connect, Counters, Mqtt, QoS, Reconnect, Stopped};
+use super::{Cause, Config, Connect, Counters, Mqtt, QoS, Reconnect, Stopped};
 
-/// The connection is gone (or never came up); reconnect.
-struct Dropped;
+/// The connection is gone (or never came up), and why; reconnect.
+struct Dropped(Cause);
 
 /// The transport, counting reads that returned data (the connector's only
 /// way to tell that the broker said something: minimq's `poll` also
@@ -151,15 +151,23 @@ where
 
     loop {
         let attempt = async {
-            let io = connect.connect().await.map_err(|_| Dropped)?;
+            let io = connect
+                .connect()
+                .await
+                .map_err(|e| Dropped(Cause::Connect(C::failure(&e))))?;
             let io = Heard { io, reads: &reads };
-            let mut conn = session.connect(io).await.map_err(|_| Dropped)?;
+            let mut conn = session
+                .connect(io)
+                .await
+                .map_err(|e| Dropped(Cause::of(&e, true)))?;
             // A resumed broker session kept its subscriptions.
             if conn.connect_event() == ConnectEvent::Connected {
                 subscribe_all(&mut conn, sink, config.subscribe_qos, counters).await?;
                 // Subscribed first: the reopened session keeps them.
                 if core::mem::take(&mut reopen) {
-                    conn.disconnect().await.map_err(|_| Dropped)?;
+                    conn.disconnect()
+                        .await
+                        .map_err(|e| Dropped(Cause::of(&e, false)))?;
                     return Ok(None);
                 }
             }
@@ -170,15 +178,19 @@ where
         // attempt, so a broker that accepts TCP and says nothing is retried.
         let outcome = match select(attempt, delay.delay_ms(config.connect_timeout_ms)).await {
             Either::First(r) => r,
-            Either::Second(()) => Err(Dropped),
+            Either::Second(()) => Err(Dropped(Cause::ConnectTimeout)),
         };
         let mut conn = match outcome {
             Ok(Some(conn)) => conn,
             // Reopened (see `reopen`): connect again at once.
             Ok(None) => continue,
-            Err(Dropped) => {
+            Err(Dropped(cause)) => {
                 counters.bump_connect_failures();
+                counters.set_last_error(cause);
                 failures = failures.saturating_add(1);
+                if crate::log_shim::worth_logging(failures) {
+                    log_warn!("mqtt: connection attempt {} failed: {}", failures, cause);
+                }
                 if !config.reconnect.allows(failures) {
                     return Stopped::ConnectFailed(failures);
                 }
@@ -194,6 +206,14 @@ where
             counters.bump_reconnects();
         }
         counters.set_connected(true);
+        log_info!(
+            "mqtt: connected ({} session)",
+            if conn.connect_event() == ConnectEvent::Reconnected {
+                "resumed"
+            } else {
+                "new"
+            }
+        );
         let served = async {
             if connected_once {
                 if retry {
@@ -214,8 +234,10 @@ where
             )
             .await
         };
-        let Err(Dropped) = served.await;
+        let Err(Dropped(cause)) = served.await;
         counters.set_connected(false);
+        counters.set_last_error(cause);
+        log_warn!("mqtt: connection lost: {}", cause);
         connected_once = true;
         drop(conn);
 
@@ -254,7 +276,7 @@ where
             Either3::Second(m) => Either::Second(m),
             Either3::Third(()) => {
                 counters.bump_ack_timeouts();
-                return Err(Dropped);
+                return Err(Dropped(Cause::AckTimeout));
             }
         };
         match event {
@@ -273,19 +295,16 @@ where
                 live.update(conn);
                 continue;
             }
-            Either::First(Err(_)) => return Err(Dropped),
+            Either::First(Err(e)) => return Err(Dropped(Cause::of(&e, false))),
             // Taken again below through `message()`, so the borrow of
             // `source` does not outlive this match.
             Either::Second(_) => {}
         }
         let m = source.message();
         let qos = config.publish_qos.get(m.route);
-        if publish(conn, sink, m, qos, counters, &mut live)
-            .await
-            .is_err()
-        {
+        if let Err(d) = publish(conn, sink, m, qos, counters, &mut live).await {
             *retry = true;
-            return Err(Dropped);
+            return Err(d);
         }
     }
 }
@@ -349,7 +368,7 @@ where
                 counters.bump_dropped();
                 return Ok(());
             }
-            _ => return Err(Dropped),
+            e => return Err(Dropped(Cause::of(&e, false))),
         }
     }
 }
@@ -372,7 +391,7 @@ where
             Either::First(r) => r,
             Either::Second(()) => {
                 counters.bump_ack_timeouts();
-                return Err(Dropped);
+                return Err(Dropped(Cause::AckTimeout));
             }
         },
         None => conn.poll().await,
@@ -383,7 +402,7 @@ where
             Ok(())
         }
         Ok(None) => Ok(()),
-        Err(_) => Err(Dropped),
+        Err(e) => Err(Dropped(Cause::of(&e, false))),
     };
     if let (Ok(()), Some(l)) = (&r, live) {
         l.update(conn);
@@ -440,12 +459,14 @@ where
                 &[],
             )
             .await
-            .map_err(|_| Dropped)?;
+            .map_err(|e| Dropped(Cause::of(&e, true)))?;
         while conn.is_pending(&op) {
             progress(conn, sink, counters, None).await?;
         }
         if !conn.is_complete(&op) {
-            return Err(Dropped);
+            // SUBACK with a failure code (not kept by minimq): 0x80,
+            // "unspecified error".
+            return Err(Dropped(Cause::Refused(0x80)));
         }
     }
     Ok(())
@@ -465,7 +486,16 @@ fn deliver<S: FrameSink + ?Sized>(sink: &mut S, counters: &Counters, p: &Inbound
     } else {
         sink.dispatch(topic, payload)
     };
-    if r.is_err() {
+    if let Err(e) = r {
         counters.bump_rejected();
+        let n = counters.rejected();
+        if crate::log_shim::worth_logging(n) {
+            log_warn!(
+                "mqtt: rejected a message on {}: {} ({} so far)",
+                p.topic(),
+                e.as_str(),
+                n
+            );
+        }
     }
 }

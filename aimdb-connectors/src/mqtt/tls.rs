@@ -42,7 +42,7 @@ use rustls::{ClientConfig, RootCertStore};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use super::{Connect, TcpConnect};
+use super::{Connect, ConnectFailure, TcpConnect};
 
 /// Opens TCP to the broker at `addr`, then TLS with a fixed server name.
 #[derive(Clone)]
@@ -147,6 +147,13 @@ impl Connect for TlsConnect {
             .await
             .map_err(TlsConnectError::Handshake)?;
         Ok(FromTokio::new(stream))
+    }
+
+    fn failure(error: &TlsConnectError) -> ConnectFailure {
+        match error {
+            TlsConnectError::Tcp(e) => super::host::io_failure(e),
+            TlsConnectError::Handshake(_) => ConnectFailure::Tls,
+        }
     }
 }
 

@@ -51,7 +51,7 @@ mod tests;
 use core::fmt;
 
 pub use link::{KeyedLink, Link, Target, DEFAULT_MAX_PAYLOAD};
-pub use stats::Stats;
+pub use stats::{SharedStats, Stats};
 
 use crate::codec::DecodeError;
 use crate::topic::{fnv1a, topic_hash, Filter, Topic, TopicError, MAX_LEVELS};
@@ -80,18 +80,29 @@ pub enum DispatchError {
     KeyInvalid,
 }
 
+impl DispatchError {
+    /// The reason in a few words, without the decoder's detail (for logs
+    /// that take only static strings, such as `defmt`'s).
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Self::UnknownTopic => "no inbound route for topic",
+            Self::TopicNotUtf8 => "topic is not UTF-8",
+            Self::InvalidTopic => "invalid topic",
+            Self::WildcardInTopic => "wildcard in published topic",
+            Self::TopicTooLong => "topic too long",
+            Self::MalformedPayload(_) => "malformed payload",
+            Self::PayloadTooLarge => "payload over the route's limit",
+            Self::KeyTableFull => "key table full",
+            Self::KeyInvalid => "invalid key",
+        }
+    }
+}
+
 impl fmt::Display for DispatchError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::UnknownTopic => f.write_str("no inbound route for topic"),
-            Self::TopicNotUtf8 => f.write_str("topic is not UTF-8"),
-            Self::InvalidTopic => f.write_str("invalid topic"),
-            Self::WildcardInTopic => f.write_str("wildcard in published topic"),
-            Self::TopicTooLong => f.write_str("topic too long"),
             Self::MalformedPayload(e) => write!(f, "malformed payload: {e}"),
-            Self::PayloadTooLarge => f.write_str("payload over the route's limit"),
-            Self::KeyTableFull => f.write_str("key table full"),
-            Self::KeyInvalid => f.write_str("invalid key"),
+            e => f.write_str(e.as_str()),
         }
     }
 }
@@ -202,6 +213,8 @@ where
     nodes: heapless::Vec<Node<'a>, NODES>,
     edges: [u16; NODES],
     stats: Stats,
+    /// Mirror of `stats` others can read ([`Builder::shared_stats`]).
+    shared: Option<&'a SharedStats>,
 }
 
 /// [`Dispatch`] over links that need not be `Sync` (records over
@@ -260,6 +273,7 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'
                 nodes,
                 edges: [NIL; NODES],
                 stats: Stats::default(),
+                shared: None,
             },
             calls: 0,
             errors: ConfigErrors {
@@ -326,6 +340,9 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'
         self.stats.delivered = self.stats.delivered.wrapping_add(written as u32);
         if let Err(e) = result {
             self.stats.count(e);
+        }
+        if let Some(shared) = self.shared {
+            shared.update(&self.stats, result.err());
         }
         result
     }
@@ -560,6 +577,14 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Builder<'a
     /// `+`; its text in each topic is the key passed to `target`.
     pub fn link_keyed(&mut self, filter: &'a str, key_level: usize, target: &'a D) -> &mut Self {
         self.add(filter, target, Some(key_level))
+    }
+
+    /// Mirrors the table's [`Stats`] into `shared` on every dispatch, so
+    /// other tasks or threads can read them while a connector owns the
+    /// table.
+    pub fn shared_stats(&mut self, shared: &'a SharedStats) -> &mut Self {
+        self.table.shared = Some(shared);
+        self
     }
 
     /// Finishes: the table, or every configuration error at once.

@@ -1,5 +1,7 @@
 //! Dispatch counters.
 
+use portable_atomic::{AtomicU32, Ordering};
+
 use super::DispatchError;
 
 /// Counters kept by a `Dispatch`: frames delivered and each rejection
@@ -73,5 +75,76 @@ impl Stats {
         ]
         .iter()
         .fold(0u32, |a, b| a.wrapping_add(*b))
+    }
+}
+
+/// Every reason, in [`Stats`] field order (the index of [`SharedStats`]'s
+/// counters).
+const REASONS: usize = 9;
+
+fn index(e: DispatchError) -> usize {
+    match e {
+        DispatchError::UnknownTopic => 0,
+        DispatchError::TopicNotUtf8 => 1,
+        DispatchError::InvalidTopic => 2,
+        DispatchError::WildcardInTopic => 3,
+        DispatchError::TopicTooLong => 4,
+        DispatchError::MalformedPayload(_) => 5,
+        DispatchError::PayloadTooLarge => 6,
+        DispatchError::KeyTableFull => 7,
+        DispatchError::KeyInvalid => 8,
+    }
+}
+
+/// A [`Dispatch`](super::Dispatch)'s [`Stats`] as atomics, readable from
+/// any task, thread or interrupt while the connector that owns the
+/// `Dispatch` runs (its own [`Stats`] are only reachable through it). Give
+/// it to [`Builder::shared_stats`](super::Builder::shared_stats); the
+/// dispatch is the only writer, so each update is a load and a store (no
+/// read-modify-write: fine on `thumbv6m`). `const fn new()`, for a
+/// `static`.
+#[derive(Debug, Default)]
+pub struct SharedStats {
+    delivered: AtomicU32,
+    rejected: [AtomicU32; REASONS],
+    retained_ignored: AtomicU32,
+}
+
+impl SharedStats {
+    /// All zero.
+    pub const fn new() -> Self {
+        Self {
+            delivered: AtomicU32::new(0),
+            rejected: [const { AtomicU32::new(0) }; REASONS],
+            retained_ignored: AtomicU32::new(0),
+        }
+    }
+
+    /// The counters now (each read on its own).
+    pub fn snapshot(&self) -> Stats {
+        let r = |i: usize| self.rejected[i].load(Ordering::Relaxed);
+        Stats {
+            delivered: self.delivered.load(Ordering::Relaxed),
+            unknown_topic: r(0),
+            topic_not_utf8: r(1),
+            invalid_topic: r(2),
+            wildcard_in_topic: r(3),
+            topic_too_long: r(4),
+            malformed_payload: r(5),
+            payload_too_large: r(6),
+            key_table_full: r(7),
+            key_invalid: r(8),
+            retained_ignored: self.retained_ignored.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Mirrors one dispatch's updates of `stats`.
+    pub(super) fn update(&self, stats: &Stats, error: Option<DispatchError>) {
+        self.delivered.store(stats.delivered, Ordering::Relaxed);
+        self.retained_ignored
+            .store(stats.retained_ignored, Ordering::Relaxed);
+        if let Some(e) = error {
+            self.rejected[index(e)].store(stats.rejected(e), Ordering::Relaxed);
+        }
     }
 }

@@ -480,3 +480,28 @@ fn retained_messages_skip_mailbox_links_unless_told_otherwise() {
     assert_eq!(rs.try_recv(), Ok(5));
     assert_eq!(rc.try_recv(), Err(TryRecvError::Empty));
 }
+
+#[test]
+fn shared_stats_mirror_the_table_for_other_readers() {
+    static SHARED: SharedStats = SharedStats::new();
+    let a: Rec<u32> = Record::new("a");
+    let la = Link::new(&a, Postcard).with_max_payload(4);
+    let mut bld = LocalDispatch::<4, 4>::builder();
+    bld.link("dev/a", &la).shared_stats(&SHARED);
+    let mut d = bld.build().unwrap();
+    assert_eq!(d.dispatch(b"dev/a", &enc(5)), Ok(1));
+    assert!(d.dispatch(b"dev/b", &enc(5)).is_err());
+    assert!(d.dispatch(b"dev/a", &[0xff; 8]).is_err());
+    assert!(d.dispatch(b"dev/a", &[0xff, 0xff, 0xff]).is_err());
+    assert_eq!(SHARED.snapshot(), *d.stats());
+    let s = SHARED.snapshot();
+    assert_eq!(
+        (
+            s.delivered,
+            s.unknown_topic,
+            s.payload_too_large,
+            s.malformed_payload
+        ),
+        (1, 1, 1, 1)
+    );
+}

@@ -17,7 +17,7 @@ use aimdb_connectors::mqtt::{
 };
 use aimdb_connectors::tokio_io;
 use aimdb_core::codec::{Json, Postcard};
-use aimdb_core::inbound::{Dispatch, Link as InLink};
+use aimdb_core::inbound::{Dispatch, DispatchError, Link as InLink, SharedStats, Stats};
 use aimdb_core::outbound::{Link as OutLink, Routes};
 use aimdb_core::record::{Latest, Mailbox, Reader, Record, Ring};
 use aimdb_core::sync::HostRawMutex as Cs;
@@ -38,6 +38,10 @@ static MQTT_READY: Readiness<1> = Readiness::new();
 pub static DEVICE_LINK: framed::Stats = framed::Stats::new();
 /// MQTT connector counters.
 pub static MQTT: Counters = Counters::new();
+/// The device side's inbound table counters, readable here.
+pub static DEVICE_IN: SharedStats = SharedStats::new();
+/// The MQTT side's inbound table counters, readable here.
+pub static MQTT_IN: SharedStats = SharedStats::new();
 /// Device connections made (1 on a healthy run).
 pub static DEVICE_CONNECTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
@@ -107,6 +111,7 @@ pub async fn device(link: DeviceLink, readers: DeviceReaders) {
     for (t, l) in dev_in {
         b.link(t, l);
     }
+    b.shared_stats(&DEVICE_IN);
     let mut dispatch = b.build().expect("device inbound table");
     let mut cmd = OutLink::new(readers.0, topics::CMD, Postcard);
     let (mut payload, mut topic) = ([0u8; 64], [0u8; 0]);
@@ -150,7 +155,7 @@ pub async fn mqtt(broker: Broker, readers: MqttReaders) -> mqtt::Stopped {
     let cmd_topic = leak(format!("{}/cmd", broker.prefix));
     let cmd_in = InLink::new(&COMMAND, Json).with_max_payload(256);
     let mut b = Dispatch::<4, 4>::builder();
-    b.link(cmd_topic, &cmd_in);
+    b.link(cmd_topic, &cmd_in).shared_stats(&MQTT_IN);
     let mut dispatch = b.build().expect("MQTT inbound table");
 
     let readings_topic = leak(format!("{}/readings", broker.prefix));
@@ -216,3 +221,72 @@ pub fn status_line() -> String {
         if MQTT.is_connected() { "(connected)" } else { "(not connected)" },
     )
 }
+
+/// What changed since the last call worth a line of its own: the first
+/// rejection of each kind on either inbound table, with its reason, and a
+/// new MQTT connection error with its cause.
+pub struct Notices {
+    device: Stats,
+    mqtt: Stats,
+    mqtt_error: Option<mqtt::Cause>,
+}
+
+impl Notices {
+    /// Nothing seen yet.
+    pub fn new() -> Self {
+        Self {
+            device: Stats::default(),
+            mqtt: Stats::default(),
+            mqtt_error: None,
+        }
+    }
+
+    /// The lines to print now.
+    pub fn poll(&mut self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (side, shared, seen) in [
+            ("device link", &DEVICE_IN, &mut self.device),
+            ("MQTT", &MQTT_IN, &mut self.mqtt),
+        ] {
+            let now = shared.snapshot();
+            for reason in REASONS {
+                if seen.rejected(reason) == 0 && now.rejected(reason) > 0 {
+                    lines.push(format!(
+                        "first rejection on the {side} side: {} ({} so far)",
+                        reason.as_str(),
+                        now.rejected(reason)
+                    ));
+                }
+            }
+            *seen = now;
+        }
+        let err = MQTT.last_error();
+        if err.is_some() && err != self.mqtt_error {
+            if let Some(cause) = err {
+                lines.push(format!("MQTT: {cause}"));
+            }
+        }
+        self.mqtt_error = err;
+        lines
+    }
+}
+
+impl Default for Notices {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One of each rejection reason (the decoder detail does not matter for
+/// the counters).
+const REASONS: [DispatchError; 9] = [
+    DispatchError::UnknownTopic,
+    DispatchError::TopicNotUtf8,
+    DispatchError::InvalidTopic,
+    DispatchError::WildcardInTopic,
+    DispatchError::TopicTooLong,
+    DispatchError::MalformedPayload(aimdb_core::codec::DecodeError::Malformed),
+    DispatchError::PayloadTooLarge,
+    DispatchError::KeyTableFull,
+    DispatchError::KeyInvalid,
+];

@@ -292,9 +292,13 @@ async fn run(args: Args) -> ExitCode {
     });
     tokio::spawn(async {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut notices = bridge::Notices::new();
         tick.tick().await;
         loop {
             tick.tick().await;
+            for line in notices.poll() {
+                println!("gateway: {line}");
+            }
             println!("gateway: {}", bridge::status_line());
         }
     });

@@ -1,0 +1,160 @@
+//! Why the last connection attempt failed or the last connection ended.
+
+use core::fmt;
+
+/// Why the connector last failed to connect or lost its connection:
+/// [`Counters::last_error`](super::Counters::last_error), readable from
+/// anywhere while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum Cause {
+    /// Opening the transport failed ([`Connect::failure`](super::Connect::failure)
+    /// says how).
+    Connect(ConnectFailure),
+    /// The transport opened but CONNACK (or a SUBACK) did not come within
+    /// [`Config::connect_timeout_ms`](super::Config::connect_timeout_ms).
+    ConnectTimeout,
+    /// The broker refused the connection: the CONNACK reason code (0x86 bad
+    /// user name or password, 0x87 not authorized, …).
+    Refused(u8),
+    /// The broker ended the connection with this reason code.
+    Rejected(u8),
+    /// The connection dropped: no PINGRESP in time (keep-alive), or the
+    /// session ended.
+    Disconnected,
+    /// An I/O error or end of stream on the open connection.
+    Transport,
+    /// The broker sent an invalid packet.
+    Protocol,
+    /// The broker stayed silent past
+    /// [`Config::ack_timeout_ms`](super::Config::ack_timeout_ms) while
+    /// publishes awaited acknowledgement.
+    AckTimeout,
+}
+
+/// How opening the transport failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ConnectFailure {
+    /// Nothing listens at the address (TCP connection refused).
+    Refused,
+    /// The attempt timed out.
+    TimedOut,
+    /// No route to the host or network.
+    Unreachable,
+    /// TCP connected, the TLS handshake failed.
+    Tls,
+    /// Anything else.
+    Other,
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Connect(c) => write!(f, "connect failed: {c}"),
+            Self::ConnectTimeout => f.write_str("no CONNACK within the connect timeout"),
+            Self::Refused(rc) => write!(f, "broker refused the connection (reason {rc:#04x})"),
+            Self::Rejected(rc) => write!(f, "broker ended the connection (reason {rc:#04x})"),
+            Self::Disconnected => f.write_str("connection lost (keep-alive timeout or closed)"),
+            Self::Transport => f.write_str("I/O error or end of stream"),
+            Self::Protocol => f.write_str("invalid packet from the broker"),
+            Self::AckTimeout => {
+                f.write_str("broker silent while publishes awaited acknowledgement")
+            }
+        }
+    }
+}
+
+impl fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Refused => "connection refused",
+            Self::TimedOut => "timed out",
+            Self::Unreachable => "unreachable",
+            Self::Tls => "TLS handshake failed",
+            Self::Other => "transport error",
+        })
+    }
+}
+
+impl Cause {
+    /// Packs into a non-zero `u32` (0 means none) for an atomic.
+    pub(super) fn pack(self) -> u32 {
+        let (tag, detail) = match self {
+            Self::Connect(c) => (1, c as u32),
+            Self::ConnectTimeout => (2, 0),
+            Self::Refused(rc) => (3, u32::from(rc)),
+            Self::Rejected(rc) => (4, u32::from(rc)),
+            Self::Disconnected => (5, 0),
+            Self::Transport => (6, 0),
+            Self::Protocol => (7, 0),
+            Self::AckTimeout => (8, 0),
+        };
+        tag | detail << 8
+    }
+
+    pub(super) fn unpack(v: u32) -> Option<Self> {
+        let detail = (v >> 8) as u8;
+        Some(match v & 0xff {
+            1 => Self::Connect(match detail {
+                0 => ConnectFailure::Refused,
+                1 => ConnectFailure::TimedOut,
+                2 => ConnectFailure::Unreachable,
+                3 => ConnectFailure::Tls,
+                _ => ConnectFailure::Other,
+            }),
+            2 => Self::ConnectTimeout,
+            3 => Self::Refused(detail),
+            4 => Self::Rejected(detail),
+            5 => Self::Disconnected,
+            6 => Self::Transport,
+            7 => Self::Protocol,
+            8 => Self::AckTimeout,
+            _ => return None,
+        })
+    }
+
+    /// The cause of a minimq error on an open connection (`connecting`:
+    /// during the handshake, where a reason code is a refusal).
+    pub(super) fn of<E>(e: &minimq::Error<E>, connecting: bool) -> Self {
+        match e {
+            minimq::Error::Peer(minimq::PeerError::Rejected(rc)) if connecting => {
+                Self::Refused(u8::from(*rc))
+            }
+            minimq::Error::Peer(minimq::PeerError::Rejected(rc)) => Self::Rejected(u8::from(*rc)),
+            minimq::Error::Peer(_) => Self::Protocol,
+            minimq::Error::Transport(_) | minimq::Error::WriteZero => Self::Transport,
+            _ => Self::Disconnected,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_cause_round_trips_through_its_packing() {
+        let all = [
+            Cause::Connect(ConnectFailure::Refused),
+            Cause::Connect(ConnectFailure::TimedOut),
+            Cause::Connect(ConnectFailure::Unreachable),
+            Cause::Connect(ConnectFailure::Tls),
+            Cause::Connect(ConnectFailure::Other),
+            Cause::ConnectTimeout,
+            Cause::Refused(0x86),
+            Cause::Rejected(0x8e),
+            Cause::Disconnected,
+            Cause::Transport,
+            Cause::Protocol,
+            Cause::AckTimeout,
+        ];
+        for c in all {
+            assert_ne!(c.pack(), 0);
+            assert_eq!(Cause::unpack(c.pack()), Some(c));
+        }
+        assert_eq!(Cause::unpack(0), None);
+    }
+}
