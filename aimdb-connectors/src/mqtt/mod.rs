@@ -21,7 +21,25 @@
 //!   message whose publish the drop interrupted, and calls
 //!   [`MessageSource::replay_latest`] so every `Latest` record's newest value
 //!   is published again;
-//! - [`Counters`] (atomics) can be read from anywhere while it runs.
+//! - [`Counters`] (atomics) can be read from anywhere while it runs,
+//!   [`Counters::last_error`] included: why the last attempt failed or the
+//!   last connection ended.
+//!
+//! # Record kinds, retain and sessions
+//!
+//! A route's messages are published retained when it says so
+//! ([`Message::retain`](aimdb_core::outbound::Message::retain): `Latest`
+//! records by default), so a late subscriber gets the current state.
+//! Received retained messages go through
+//! [`FrameSink::dispatch_retained`]: links into `Mailbox` records skip them
+//! by default (a command kept by the broker is not executed again at every
+//! start), and their filters are subscribed with retain handling 2. An
+//! empty payload (clearing a retained message) is counted in
+//! [`Snapshot::cleared`], not dispatched. With
+//! [`Config::session_expiry_secs`] the broker keeps the session across a
+//! drop and the connector resends what was unacknowledged; see the
+//! repository README's "MQTT semantics by record kind" for the table and
+//! the measured restarts.
 //!
 //! Nothing here allocates or panics; there is no task per route. Buffers
 //! are the caller's: the MQTT session's RX/TX slices (given to
@@ -37,7 +55,7 @@
 //!   to the broker: an embassy-net `TcpSocket`, a TLS session, or with
 //!   feature `tokio` the provided [`TcpConnect`] (and with feature `tls`
 //!   `TlsConnect`: TLS via rustls);
-//! - [`DelayNs`](embedded_hal_async::delay::DelayNs): the timer for backoff
+//! - [`DelayNs`]: the timer for backoff
 //!   and the connect timeout: `embassy_time::Delay`, or with `tokio`
 //!   [`TokioDelay`].
 //!
