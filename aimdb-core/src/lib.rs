@@ -98,6 +98,8 @@ extern crate alloc;
 #[cfg(any(test, feature = "std"))]
 extern crate std;
 
+mod packed;
+
 pub mod codec;
 pub mod inbound;
 pub mod outbound;

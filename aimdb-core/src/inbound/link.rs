@@ -3,6 +3,8 @@
 use core::fmt;
 use core::marker::PhantomData;
 
+use crate::packed::Packed;
+
 use super::DispatchError;
 use crate::codec::{Decode, DecodeError};
 use crate::record::{KeyError, KeyedSink, Sink};
@@ -37,9 +39,9 @@ fn malformed(e: DecodeError) -> DispatchError {
 pub struct Link<'r, S: ?Sized, D, T> {
     sink: &'r S,
     decoder: D,
-    max_payload: usize,
-    /// [`Link::apply_retained`]'s override of the record kind's default.
-    retained: Option<bool>,
+    /// The payload limit (30 bits) and [`Link::with_retained`]'s override
+    /// of the record kind's default.
+    limit: Packed,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -49,15 +51,15 @@ impl<'r, S: ?Sized, D, T> Link<'r, S, D, T> {
         Self {
             sink,
             decoder,
-            max_payload: DEFAULT_MAX_PAYLOAD,
-            retained: None,
+            limit: Packed::new(DEFAULT_MAX_PAYLOAD),
             _t: PhantomData,
         }
     }
 
-    /// Sets the payload limit (larger payloads are rejected unread).
+    /// Sets the payload limit (larger payloads are rejected unread; at most
+    /// 2^30 − 1 bytes).
     pub const fn with_max_payload(mut self, bytes: usize) -> Self {
-        self.max_payload = bytes;
+        self.limit = self.limit.with_value(bytes);
         self
     }
 
@@ -66,7 +68,7 @@ impl<'r, S: ?Sized, D, T> Link<'r, S, D, T> {
     /// `Mailbox` records (a command kept by a broker is not executed again
     /// at every start).
     pub const fn with_retained(mut self, apply: bool) -> Self {
-        self.retained = Some(apply);
+        self.limit = self.limit.with_flag(apply);
         self
     }
 }
@@ -76,7 +78,7 @@ impl<S: Sink<T> + ?Sized, D: Decode<T>, T> Target for Link<'_, S, D, T> {
         self.sink.name()
     }
     fn max_payload(&self) -> usize {
-        self.max_payload
+        self.limit.value() as usize
     }
     fn deliver(&self, _key: Option<&str>, payload: &[u8]) -> Result<(), DispatchError> {
         let v = self.decoder.decode(payload).map_err(malformed)?;
@@ -84,7 +86,8 @@ impl<S: Sink<T> + ?Sized, D: Decode<T>, T> Target for Link<'_, S, D, T> {
         Ok(())
     }
     fn apply_retained(&self) -> bool {
-        self.retained
+        self.limit
+            .flag()
             .unwrap_or(self.sink.kind() != crate::record::Kind::Mailbox)
     }
 }
@@ -142,7 +145,7 @@ impl<K: KeyedSink<T> + ?Sized, D: Decode<T>, T> Target for KeyedLink<'_, K, D, T
 impl<S: ?Sized, D, T> fmt::Debug for Link<'_, S, D, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Link")
-            .field("max_payload", &self.max_payload)
+            .field("max_payload", &self.limit.value())
             .finish_non_exhaustive()
     }
 }

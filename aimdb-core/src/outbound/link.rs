@@ -5,6 +5,7 @@ use core::marker::PhantomData;
 use core::task::{Context, Poll};
 
 use crate::codec::{Encode, EncodeError};
+use crate::packed::Packed;
 use crate::record::{Kind, RecvError, Source};
 use crate::topic::Topic;
 
@@ -172,7 +173,7 @@ pub trait Route {
         cx: &mut Context<'_>,
         out: &mut Out<'_>,
     ) -> Poll<Result<Produced, RouteError>>;
-    /// Values skipped by errors on this route.
+    /// Values skipped by errors on this route (wraps at 2^30 for [`Link`]).
     fn errors(&self) -> u32;
     /// Re-arms the source's current value (see
     /// [`crate::record::Reader::replay`]).
@@ -191,9 +192,9 @@ pub struct Link<S, Tp, E, K = Borrowed> {
     source: S,
     topic: Tp,
     encoder: E,
-    errors: u32,
+    /// Values skipped by errors (30 bits, wrapping) and
     /// [`Link::retained`]'s override of the record kind's default.
-    retain: Option<bool>,
+    errors: Packed,
     _kind: PhantomData<K>,
 }
 
@@ -204,8 +205,7 @@ impl<S, Tp, E> Link<S, Tp, E, Borrowed> {
             source,
             topic,
             encoder,
-            errors: 0,
-            retain: None,
+            errors: Packed::new(0),
             _kind: PhantomData,
         }
     }
@@ -219,8 +219,7 @@ impl<S, Tp, E> Link<S, Tp, E, Owned> {
             source,
             topic,
             encoder,
-            errors: 0,
-            retain: None,
+            errors: Packed::new(0),
             _kind: PhantomData,
         }
     }
@@ -237,7 +236,7 @@ impl<S, Tp, E, K> Link<S, Tp, E, K> {
     /// records (state) are, `Ring` and `Mailbox` records are not.
     #[must_use]
     pub const fn retained(mut self, retain: bool) -> Self {
-        self.retain = Some(retain);
+        self.errors = self.errors.with_flag(retain);
         self
     }
 }
@@ -274,13 +273,13 @@ where
         };
         let r = self.produce(&value, out, lagged, !armed);
         if r.is_err() {
-            self.errors = self.errors.wrapping_add(1);
+            self.errors = self.errors.wrapping_inc();
         }
         Poll::Ready(r)
     }
 
     fn errors(&self) -> u32 {
-        self.errors
+        self.errors.value()
     }
 
     fn replay(&mut self) {
@@ -288,7 +287,9 @@ where
     }
 
     fn retain(&self) -> bool {
-        self.retain.unwrap_or(self.source.kind() == Kind::Latest)
+        self.errors
+            .flag()
+            .unwrap_or(self.source.kind() == Kind::Latest)
     }
 }
 
@@ -333,7 +334,7 @@ where
 impl<S, Tp, E, K> fmt::Debug for Link<S, Tp, E, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Link")
-            .field("errors", &self.errors)
+            .field("errors", &self.errors.value())
             .finish_non_exhaustive()
     }
 }

@@ -39,10 +39,15 @@ pub trait Buffer: sealed::Sealed {
     type Cursor: Copy + Send + Sync;
     /// The empty buffer (used by `const fn` constructors).
     const EMPTY: Self;
-    /// Stores a value; never blocks, never fails. Returns whether it
-    /// replaced a value no reader took (`Latest`, `Mailbox`; a `Ring`
-    /// reports overwritten values to the reader that lags instead).
-    fn push(&mut self, value: Self::Item) -> bool;
+    /// Stores a value; never blocks, never fails.
+    fn push(&mut self, value: Self::Item);
+    /// Whether the buffer holds a value none of the readers at `cursors`
+    /// took (`Latest`, `Mailbox`: the next push replaces it unseen; a
+    /// `Ring` reports overwritten values to the reader that lags instead).
+    fn untaken(&self, cursors: &[Option<Self::Cursor>]) -> bool {
+        let _ = cursors;
+        false
+    }
     /// The cursor of a reader subscribing now.
     fn subscribe(&self) -> Self::Cursor;
     /// Takes the next value for the reader at `cursor`.
@@ -73,8 +78,6 @@ mod sealed {
 pub struct Latest<T> {
     value: Option<T>,
     seq: u32,
-    /// Some reader took the current value.
-    taken: bool,
 }
 
 impl<T: Clone> Buffer for Latest<T> {
@@ -85,15 +88,16 @@ impl<T: Clone> Buffer for Latest<T> {
     const EMPTY: Self = Self {
         value: None,
         seq: 0,
-        taken: false,
     };
 
-    fn push(&mut self, value: T) -> bool {
-        let replaced = self.value.is_some() && !self.taken;
+    fn push(&mut self, value: T) {
         self.value = Some(value);
         self.seq = self.seq.wrapping_add(1);
-        self.taken = false;
-        replaced
+    }
+
+    // A reader that took the current value has its cursor at `seq`.
+    fn untaken(&self, cursors: &[Option<u32>]) -> bool {
+        self.value.is_some() && !cursors.contains(&Some(self.seq))
     }
 
     fn subscribe(&self) -> u32 {
@@ -118,7 +122,6 @@ impl<T: Clone> Buffer for Latest<T> {
         match &self.value {
             Some(v) if *cursor != self.seq => {
                 *cursor = self.seq;
-                self.taken = true;
                 Take::Value(v.clone())
             }
             _ => Take::Empty,
@@ -152,10 +155,9 @@ impl<T: Clone, const N: usize> Buffer for Ring<T, N> {
         }
     };
 
-    fn push(&mut self, value: T) -> bool {
+    fn push(&mut self, value: T) {
         self.slots[(self.head % N as u64) as usize] = Some(value);
         self.head += 1;
-        false
     }
 
     fn subscribe(&self) -> u64 {
@@ -202,8 +204,12 @@ impl<T> Buffer for Mailbox<T> {
     type Cursor = ();
     const EMPTY: Self = Self { value: None };
 
-    fn push(&mut self, value: T) -> bool {
-        self.value.replace(value).is_some()
+    fn push(&mut self, value: T) {
+        self.value = Some(value);
+    }
+
+    fn untaken(&self, _: &[Option<()>]) -> bool {
+        self.value.is_some()
     }
 
     fn subscribe(&self) {}

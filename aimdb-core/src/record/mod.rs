@@ -176,9 +176,10 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
         let waiting = self.state.lock(|s| {
             let mut s = s.borrow_mut();
             let s = &mut *s;
-            if s.buf.push(value) && s.cursors.iter().any(Option::is_some) {
+            if s.buf.untaken(&s.cursors) && s.cursors.iter().any(Option::is_some) {
                 s.replaced += 1;
             }
+            s.buf.push(value);
             s.writes += 1;
             let waiting = core::mem::take(&mut s.waiting);
             let mut m = waiting;

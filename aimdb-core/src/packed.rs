@@ -1,0 +1,73 @@
+//! A 30-bit value and an `Option<bool>` in one `u32`: how links keep an
+//! override flag (retain, apply retained) without growing. RAM per route
+//! is budgeted (`make footprint`: under 32 bytes per outbound route on the
+//! Cortex-M3), and a separate `Option<bool>` costs 4 bytes of padding.
+
+const SET: u32 = 1 << 30;
+const ON: u32 = 1 << 31;
+const MASK: u32 = SET - 1;
+
+/// See the module docs. The value saturates (on `new`) or wraps (on
+/// `wrapping_inc`) within 30 bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Packed(u32);
+
+impl Packed {
+    /// `value` (saturated to 30 bits), no flag.
+    pub(crate) const fn new(value: usize) -> Self {
+        Self(if value > MASK as usize {
+            MASK
+        } else {
+            value as u32
+        })
+    }
+
+    pub(crate) const fn value(self) -> u32 {
+        self.0 & MASK
+    }
+
+    /// The value with `value` (saturated), the flag kept.
+    pub(crate) const fn with_value(self, value: usize) -> Self {
+        Self(self.0 & !MASK | Self::new(value).0)
+    }
+
+    /// The value plus one, wrapping within 30 bits.
+    pub(crate) const fn wrapping_inc(self) -> Self {
+        Self(self.0 & !MASK | (self.0.wrapping_add(1) & MASK))
+    }
+
+    pub(crate) const fn flag(self) -> Option<bool> {
+        if self.0 & SET == 0 {
+            None
+        } else {
+            Some(self.0 & ON != 0)
+        }
+    }
+
+    pub(crate) const fn with_flag(self, on: bool) -> Self {
+        Self(self.0 & MASK | SET | if on { ON } else { 0 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Packed;
+
+    #[test]
+    fn value_and_flag_are_independent() {
+        let p = Packed::new(1024);
+        assert_eq!((p.value(), p.flag()), (1024, None));
+        let p = p.with_flag(true);
+        assert_eq!((p.value(), p.flag()), (1024, Some(true)));
+        let p = p.with_value(7).with_flag(false);
+        assert_eq!((p.value(), p.flag()), (7, Some(false)));
+        let p = Packed::new(usize::MAX).with_flag(true);
+        assert_eq!((p.value(), p.flag()), ((1 << 30) - 1, Some(true)));
+        let p = p.wrapping_inc();
+        assert_eq!(
+            (p.value(), p.flag()),
+            (0, Some(true)),
+            "wraps within 30 bits"
+        );
+    }
+}
