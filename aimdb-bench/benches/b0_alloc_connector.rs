@@ -20,8 +20,10 @@ use aimdb_bench::fixtures::{self, leak, payload, Mx, Rec};
 use aimdb_connectors::framed::{Framed, Stats};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, KeyedLink, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Routes, TopicWriter, Written};
+use aimdb_core::inbound;
+use aimdb_core::inbound::{Dispatch, KeyedLink};
+use aimdb_core::outbound;
+use aimdb_core::outbound::{Routes, TopicWriter, Written};
 use aimdb_core::record::{Keyed, KeyedVec, Latest, Record};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::NoopRawMutex;
@@ -155,8 +157,11 @@ async fn inbound_rows(out: &mut Vec<Measured>) {
     let rec: &'static Rec = leak(Record::new("r"));
     let full: &'static Keyed<Mx, Latest<u32>, 1, 1> = leak(Keyed::new("k"));
     let mut b = Dispatch::<'static, 4, 8>::builder();
-    b.link("good", leak(InLink::new(rec, Postcard).with_max_payload(4)))
-        .link_keyed("k/+", 1, leak(KeyedLink::new(full, Postcard)));
+    b.link(
+        "good",
+        leak(inbound::Link::new(rec, Postcard).with_max_payload(4)),
+    )
+    .link_keyed("k/+", 1, leak(KeyedLink::new(full, Postcard)));
     let mut d = b.build().expect("config");
     d.dispatch(b"k/first", &p).expect("fills the table");
     let long = vec![b't'; aimdb_core::topic::MAX_TOPIC_LEN + 1];
@@ -199,7 +204,7 @@ async fn outbound_rows(out: &mut Vec<Measured>) {
     type WrittenFn = fn(&u32, &mut TopicWriter<'_>) -> std::fmt::Result;
     let recs = fixtures::records(1);
     let ready: &'static Readiness<1> = leak(Readiness::new());
-    let link = leak(OutLink::new(
+    let link = leak(outbound::Link::new(
         recs[0].subscribe().expect("reader"),
         Written(written as WrittenFn),
         Postcard,
@@ -218,7 +223,7 @@ async fn outbound_rows(out: &mut Vec<Measured>) {
 
     let recs = fixtures::records(1);
     let ready: &'static Readiness<1> = leak(Readiness::new());
-    let link = leak(OutLink::owned(
+    let link = leak(outbound::Link::owned(
         recs[0].subscribe().expect("reader"),
         "owned",
         Postcard,
@@ -289,7 +294,7 @@ async fn connector_rows(out: &mut Vec<Measured>) {
         (pair.a(), ping, "ping", pong, "pong"),
         (pair.b(), echo, "pong", echo, "ping"),
     ] {
-        let link = leak(OutLink::new(
+        let link = leak(outbound::Link::new(
             out_rec.subscribe().expect("reader"),
             out_topic,
             Postcard,
@@ -299,7 +304,7 @@ async fn connector_rows(out: &mut Vec<Measured>) {
         b.link(link);
         let mut routes = b.build().expect("config");
         let mut b = Dispatch::<'static, 4, 4>::builder();
-        b.link(in_topic, leak(InLink::new(in_rec, Postcard)));
+        b.link(in_topic, leak(inbound::Link::new(in_rec, Postcard)));
         let mut dispatch = b.build().expect("config");
         let framed = leak(Framed::<256, 512>::new(leak(Stats::new())));
         local.spawn_local(async move {

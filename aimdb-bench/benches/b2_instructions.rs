@@ -43,7 +43,8 @@ use aimdb_bench::fixtures::{self, leak, payload};
 use aimdb_bench::gate;
 use aimdb_connectors::framed::frame;
 use aimdb_core::codec::Postcard;
-use aimdb_core::outbound::{Link as OutLink, Routes, TopicWriter, Written};
+use aimdb_core::outbound;
+use aimdb_core::outbound::{Routes, TopicWriter, Written};
 use aimdb_core::sync::Readiness;
 use serde_json::{json, Value};
 
@@ -210,7 +211,7 @@ fn operation(row: &str) -> Option<Box<dyn FnMut(usize)>> {
             type WrittenFn = fn(&u32, &mut TopicWriter<'_>) -> std::fmt::Result;
             let recs = fixtures::records(1);
             let ready_bits: &'static Readiness<1> = leak(Readiness::new());
-            let link = leak(OutLink::new(
+            let link = leak(outbound::Link::new(
                 recs[0].subscribe().expect("reader"),
                 Written(written as WrittenFn),
                 Postcard,

@@ -4,8 +4,10 @@
 //! spawned tasks.
 
 use aimdb_core::codec::{Encode, Postcard};
-use aimdb_core::inbound::{Dispatch, KeyedLink, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::{Dispatch, KeyedLink};
+use aimdb_core::outbound;
+use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Keyed, Latest, Reader, Record};
 use aimdb_core::sync::HostRawMutex;
 use aimdb_core::sync::Readiness;
@@ -29,7 +31,7 @@ pub type InTable = Dispatch<'static, CAP, NODES>;
 /// The outbound table type.
 pub type OutTable = Routes<'static, &'static Readiness<WORDS>, WORDS, CAP>;
 /// A static-topic, borrowed-encoder outbound link over [`Rec`].
-pub type StaticLink = OutLink<Reader<'static, Mx, Latest<u32>, 1>, &'static str, Postcard>;
+pub type StaticLink = outbound::Link<Reader<'static, Mx, Latest<u32>, 1>, &'static str, Postcard>;
 
 /// Leaks `v` for the rest of the process.
 pub fn leak<T>(v: T) -> &'static mut T {
@@ -86,7 +88,7 @@ pub fn inbound_exact(n: usize) -> Inbound {
     let mut topics = Vec::new();
     for (i, r) in records.iter().enumerate() {
         let t = leak_str(format!("dev/{}/value", id(i)));
-        b.link(t, leak(InLink::new(r, Postcard)));
+        b.link(t, leak(inbound::Link::new(r, Postcard)));
         topics.push(t.as_bytes().to_vec());
     }
     Inbound {
@@ -105,7 +107,7 @@ pub fn inbound_pattern(n: usize) -> Inbound {
     for (i, r) in records.iter().enumerate() {
         b.link(
             leak_str(format!("site/{}/+/temp", id(i))),
-            leak(InLink::new(r, Postcard)),
+            leak(inbound::Link::new(r, Postcard)),
         );
         topics.push(format!("site/{}/room/temp", id(i)).into_bytes());
     }
@@ -166,7 +168,7 @@ pub fn outbound_static(n: usize) -> Outbound {
     let topic: &'static mut [u8] = leak([0x5au8; 64]);
     let mut b = OutTable::builder(ready, payload, topic);
     for (i, r) in records.iter().enumerate() {
-        let link: &'static mut StaticLink = leak(OutLink::new(
+        let link: &'static mut StaticLink = leak(outbound::Link::new(
             r.subscribe().expect("one reader"),
             leak_str(format!("out/{i}")),
             Postcard,

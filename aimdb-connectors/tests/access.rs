@@ -6,8 +6,10 @@
 use aimdb_connectors::framed::{frame, Framed, Stats};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::Dispatch;
+use aimdb_core::outbound;
+use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Record};
 use aimdb_core::sync::Readiness;
 use embassy_futures::select::{select, Either};
@@ -28,7 +30,7 @@ fn device_routes(
     Routes<'static, &'static Readiness<1>, 1, 1>,
     Dispatch<'static, 2, 4>,
 ) {
-    let state_out = leak(OutLink::new(
+    let state_out = leak(outbound::Link::new(
         state.subscribe().unwrap(),
         "dev/state",
         Postcard,
@@ -37,7 +39,7 @@ fn device_routes(
     b.link(state_out);
     let routes = b.build().unwrap();
     let mut b = Dispatch::<2, 4>::builder();
-    b.link("dev/setpoint", leak(InLink::new(setpoint, Postcard)));
+    b.link("dev/setpoint", leak(inbound::Link::new(setpoint, Postcard)));
     (routes, b.build().unwrap())
 }
 

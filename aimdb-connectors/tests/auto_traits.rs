@@ -7,8 +7,10 @@
 use aimdb_connectors::framed::{Framed, Stats};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, Link as InLink, LocalDispatch};
-use aimdb_core::outbound::{Link as OutLink, LocalRoutes, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::{Dispatch, LocalDispatch};
+use aimdb_core::outbound;
+use aimdb_core::outbound::{LocalRoutes, Routes};
 use aimdb_core::record::{Latest, Record};
 use aimdb_core::sync::{HostRawMutex, Readiness};
 use embassy_sync::blocking_mutex::raw::{CriticalSectionRawMutex as Cs, NoopRawMutex};
@@ -38,13 +40,17 @@ macro_rules! tables {
     ($m:ty) => {{
         let out: &'static Record<$m, Latest<u32>, 1> = leak(Record::new("out"));
         let inn: &'static Record<$m, Latest<u32>, 1> = leak(Record::new("in"));
-        let link = leak(OutLink::new(out.subscribe().unwrap(), "t/out", Postcard));
+        let link = leak(outbound::Link::new(
+            out.subscribe().unwrap(),
+            "t/out",
+            Postcard,
+        ));
         let mut b =
             Routes::<Ready, 1, 1>::builder(leak(Readiness::new()), leak([0; 16]), leak([0; 16]));
         b.link(link);
         let routes = b.build().unwrap();
         let mut b = Dispatch::<1, 1>::builder();
-        b.link("t/in", leak(InLink::new(inn, Postcard)));
+        b.link("t/in", leak(inbound::Link::new(inn, Postcard)));
         (b.build().unwrap(), routes)
     }};
 }
@@ -69,7 +75,11 @@ fn framed_run_over_local_tables_is_not_send() {
     let pair: &'static Pair<Cs, 64> = leak(Pair::new());
     let stats: &'static Stats = leak(Stats::new());
     let out: &'static Record<NoopRawMutex, Latest<u32>, 1> = leak(Record::new("out"));
-    let link = leak(OutLink::new(out.subscribe().unwrap(), "t/out", Postcard));
+    let link = leak(outbound::Link::new(
+        out.subscribe().unwrap(),
+        "t/out",
+        Postcard,
+    ));
     let mut b =
         LocalRoutes::<Ready, 1, 1>::builder(leak(Readiness::new()), leak([0; 16]), leak([0; 16]));
     b.link(link);

@@ -15,8 +15,9 @@ use std::task::{Context, Poll};
 use aimdb_connectors::framed::{frame, Framed, Stats, MAX_ENCODED, MAX_FRAME};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, DispatchError, FrameSink, KeyedLink, Link as InLink};
-use aimdb_core::outbound::{self, Link as OutLink, MessageSource, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::{Dispatch, DispatchError, FrameSink, KeyedLink};
+use aimdb_core::outbound::{self, MessageSource, Routes};
 use aimdb_core::record::{Keyed, Latest, Record, Ring, KEY_MAX_LEN};
 use aimdb_core::sync::Readiness;
 use aimdb_core::topic::MAX_TOPIC_LEN;
@@ -214,7 +215,7 @@ async fn write_all(w: &mut impl Write, mut b: &[u8]) {
 #[test]
 fn topic_length_limit() {
     let rec: &'static Record<Cs, Ring<u32, 4>, 1> = leak(Record::new("t"));
-    let link = InLink::new(rec, Postcard);
+    let link = inbound::Link::new(rec, Postcard);
     let mut b = Dispatch::<1, 4>::builder();
     b.link("t/#", &link);
     let mut d = b.build().unwrap();
@@ -320,7 +321,7 @@ fn fmt_topic(buf: &mut [u8; 32], n: u32) -> &str {
 #[test]
 fn pending_outbound_per_route_is_the_ring_capacity() {
     let rec: &'static Record<Cs, Ring<u32, 16>, 1> = leak(Record::new("r"));
-    let mut link = OutLink::new(rec.subscribe().unwrap(), "r", Postcard);
+    let mut link = outbound::Link::new(rec.subscribe().unwrap(), "r", Postcard);
     let (mut payload, mut topic) = ([0u8; 8], [0u8; 8]);
     let mut b = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut payload, &mut topic);
     b.link(&mut link);
@@ -378,12 +379,12 @@ async fn mqtt_packet_size_is_bounded_by_the_session_buffers() {
     let mut sub = Sub::start(&broker, "watcher", "big/#").await;
 
     let encode: fn(&u32, &mut [u8]) -> Result<usize, aimdb_core::codec::EncodeError> = padded;
-    let mut out = OutLink::new(OUT.subscribe().unwrap(), "big/out", encode);
+    let mut out = outbound::Link::new(OUT.subscribe().unwrap(), "big/out", encode);
     let (mut payload, mut topic) = ([0u8; 2048], [0u8; 16]);
     let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic);
     b.link(&mut out);
     let mut routes = b.build().unwrap();
-    let in_link = InLink::new(&IN, Postcard);
+    let in_link = inbound::Link::new(&IN, Postcard);
     let mut b = Dispatch::<1, 2>::builder();
     b.link("big/in", &in_link);
     let mut inbound = b.build().unwrap();

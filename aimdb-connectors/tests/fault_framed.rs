@@ -15,8 +15,10 @@ use aimdb_connectors::fault::{Fault, Faulty, Kinds, Plan, Random};
 use aimdb_connectors::framed::{frame, Error, Framed, Stats};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::Dispatch;
+use aimdb_core::outbound;
+use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Buffer, Latest, Mailbox, Reader, Record, Ring, TryRecvError};
 use aimdb_core::sync::Readiness;
 use common::{block_on, dispatch_over, leak, out_links, routes_over};
@@ -81,12 +83,12 @@ fn wiring<B: Buffer<Item = u32> + Send>(
     Dispatch<'static, 1, 1>,
     Routes<'static, &'static Readiness<1>, 1, 1>,
 ) {
-    let link = leak_mut(OutLink::new(out.subscribe().unwrap(), "t", Postcard));
+    let link = leak_mut(outbound::Link::new(out.subscribe().unwrap(), "t", Postcard));
     let mut b = Routes::<_, 1, 1>::builder(ready(), leak_mut([0u8; 16]), leak_mut([0u8; 16]));
     b.link(link);
     let routes = b.build().unwrap();
     let mut b = Dispatch::<1, 1>::builder();
-    b.link("t", leak(InLink::new(inn, Postcard)));
+    b.link("t", leak(inbound::Link::new(inn, Postcard)));
     let dispatch = b.build().unwrap();
     let nothing = Dispatch::<1, 1>::builder().build().unwrap();
     let none = Routes::<_, 1, 1>::builder(ready(), &mut [], &mut [])
@@ -329,7 +331,10 @@ fn ring_values_survive_connections_closed_mid_frame_exactly_once_in_order() {
     let mut links = out_links(&outs, &topics);
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
     let mut routes = routes_over::<_, 1, ROUTES>(ready(), &mut payload, &mut topic, &mut links);
-    let in_links: Vec<_> = inns.iter().map(|r| InLink::new(*r, Postcard)).collect();
+    let in_links: Vec<_> = inns
+        .iter()
+        .map(|r| inbound::Link::new(*r, Postcard))
+        .collect();
     let mut dispatch = dispatch_over::<ROUTES, 4>(&topics, &in_links);
     let mut nothing = Dispatch::<1, 1>::builder().build().unwrap();
     let mut none = Routes::<_, 1, 1>::builder(ready(), &mut [], &mut [])
@@ -484,17 +489,17 @@ fn while_disconnected_ring_reports_exact_lag_and_latest_and_mailbox_coalesce() {
     let state_in: &'static Record<Cs, Ring<u32, 64>, 1> = leak(Record::new("state-in"));
     let cmd_in: &'static Record<Cs, Ring<u32, 64>, 1> = leak(Record::new("cmd-in"));
 
-    let mut l1 = OutLink::new(ring.subscribe().unwrap(), "ring", Postcard);
-    let mut l2 = OutLink::new(state.subscribe().unwrap(), "state", Postcard);
-    let mut l3 = OutLink::new(cmd.subscribe().unwrap(), "cmd", Postcard);
+    let mut l1 = outbound::Link::new(ring.subscribe().unwrap(), "ring", Postcard);
+    let mut l2 = outbound::Link::new(state.subscribe().unwrap(), "state", Postcard);
+    let mut l3 = outbound::Link::new(cmd.subscribe().unwrap(), "cmd", Postcard);
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
     let mut b = Routes::<_, 1, 3>::builder(ready(), &mut payload, &mut topic);
     b.link(&mut l1).link(&mut l2).link(&mut l3);
     let mut routes = b.build().unwrap();
     let (i1, i2, i3) = (
-        InLink::new(ring_in, Postcard),
-        InLink::new(state_in, Postcard),
-        InLink::new(cmd_in, Postcard),
+        inbound::Link::new(ring_in, Postcard),
+        inbound::Link::new(state_in, Postcard),
+        inbound::Link::new(cmd_in, Postcard),
     );
     let mut b = Dispatch::<3, 1>::builder();
     b.link("ring", &i1).link("state", &i2).link("cmd", &i3);

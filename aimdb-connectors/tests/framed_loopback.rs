@@ -5,8 +5,10 @@ mod common;
 use aimdb_connectors::framed::{frame, Error, Framed, Stats};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::Dispatch;
+use aimdb_core::outbound;
+use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Record, Ring};
 use aimdb_core::sync::Readiness;
 use common::{block_on, expect_all, produce, side};
@@ -59,7 +61,7 @@ static STATUS: Record<Cs, Latest<u8>, 1> = Record::new("status");
 #[test]
 fn bad_frames_are_counted_skipped_and_the_next_good_frame_lands() {
     let mut temp_reader = TEMP.subscribe().unwrap();
-    let temp_link = InLink::new(&TEMP, Postcard);
+    let temp_link = inbound::Link::new(&TEMP, Postcard);
     let mut b = Dispatch::<8, 4>::builder();
     b.link("sensors/temp", &temp_link);
     let mut dispatch = b.build().unwrap();
@@ -137,7 +139,7 @@ fn bad_frames_are_counted_skipped_and_the_next_good_frame_lands() {
 
 #[test]
 fn closed_transport_ends_the_run_and_latest_is_replayed_after_reconnect() {
-    let status_link = OutLink::new(STATUS.subscribe().unwrap(), "status", Postcard);
+    let status_link = outbound::Link::new(STATUS.subscribe().unwrap(), "status", Postcard);
     let mut status_link = status_link;
     let ready: &'static Readiness<1> = Box::leak(Box::new(Readiness::new()));
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);

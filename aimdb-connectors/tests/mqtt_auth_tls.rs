@@ -23,8 +23,10 @@ use aimdb_connectors::mqtt::{
     TlsConnect, TlsConnectError,
 };
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::Dispatch;
+use aimdb_core::outbound;
+use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Record};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
@@ -81,9 +83,9 @@ fn routed() -> (
     let out: &'static Rec = leak(Record::new("out"));
     let inn: &'static Rec = leak(Record::new("in"));
     let mut b = Dispatch::<2, 2>::builder();
-    b.link("cmd/level", leak(InLink::new(inn, Postcard)));
+    b.link("cmd/level", leak(inbound::Link::new(inn, Postcard)));
     let inbound = b.build().unwrap();
-    let state = leak(OutLink::new(
+    let state = leak(outbound::Link::new(
         out.subscribe().unwrap(),
         "dev/state",
         Postcard,

@@ -19,8 +19,10 @@ use aimdb_connectors::mqtt::{
     Backoff, Cause, Config, ConnectFailure, Counters, QoS, Reconnect, RouteQos, Stopped,
 };
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, KeyedLink, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::{Dispatch, KeyedLink};
+use aimdb_core::outbound;
+use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Keyed, Latest, Record, Ring};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
@@ -65,8 +67,8 @@ async fn records_published_by_the_connector_reach_mosquitto_sub() {
     let broker = Broker::anonymous(free_port());
     let mut sub = Sub::start(&broker, "watcher", "dev/#").await;
 
-    let mut status = OutLink::new(STATUS.subscribe().unwrap(), "dev/status", Postcard);
-    let mut temps = OutLink::new(TEMPS.subscribe().unwrap(), "dev/temp", Postcard);
+    let mut status = outbound::Link::new(STATUS.subscribe().unwrap(), "dev/status", Postcard);
+    let mut temps = outbound::Link::new(TEMPS.subscribe().unwrap(), "dev/temp", Postcard);
     let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
     let mut b = Routes::<_, 1, 4>::builder(&READY, &mut payload, &mut topic);
     b.link(&mut status).link(&mut temps);
@@ -124,9 +126,9 @@ async fn mosquitto_pub_messages_land_in_exact_wildcard_and_keyed_routes() {
     let mut logs = LOGS.subscribe().unwrap();
     let mut dev9 = DEVICES.claim("dev9").unwrap().subscribe().unwrap();
 
-    let led_link = InLink::new(&LED, Postcard);
-    let temp_link = InLink::new(&ROOM_TEMPS, Postcard);
-    let log_link = InLink::new(&LOGS, Postcard);
+    let led_link = inbound::Link::new(&LED, Postcard);
+    let temp_link = inbound::Link::new(&ROOM_TEMPS, Postcard);
+    let log_link = inbound::Link::new(&LOGS, Postcard);
     let dev_link = KeyedLink::new(&DEVICES, Postcard);
     let mut b = Dispatch::<8, 16>::builder();
     b.link("cmd/led", &led_link)
@@ -189,8 +191,8 @@ async fn malformed_payloads_are_counted_and_rejected_good_ones_still_arrive() {
     let broker = Broker::anonymous(free_port());
     let mut level = LEVEL.subscribe().unwrap();
     let mut flag = FLAG.subscribe().unwrap();
-    let level_link = InLink::new(&LEVEL, Postcard);
-    let flag_link = InLink::new(&FLAG, Postcard);
+    let level_link = inbound::Link::new(&LEVEL, Postcard);
+    let flag_link = inbound::Link::new(&FLAG, Postcard);
     let mut b = Dispatch::<4, 8>::builder();
     b.link("in/level", &level_link)
         .link("in/flag/+", &flag_link);
@@ -238,12 +240,12 @@ async fn broker_restart_is_survived_resubscribed_and_latest_replayed() {
     let mut sub = Sub::start(&broker, "watcher1", "dev/state").await;
 
     let mut setpoint = SETPOINT.subscribe().unwrap();
-    let setpoint_link = InLink::new(&SETPOINT, Postcard);
+    let setpoint_link = inbound::Link::new(&SETPOINT, Postcard);
     let mut b = Dispatch::<2, 2>::builder();
     b.link("cmd/setpoint", &setpoint_link);
     let mut inbound = b.build().unwrap();
 
-    let mut state = OutLink::new(STATE.subscribe().unwrap(), "dev/state", Postcard);
+    let mut state = outbound::Link::new(STATE.subscribe().unwrap(), "dev/state", Postcard);
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
     let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic);
     b.link(&mut state);
@@ -443,7 +445,7 @@ async fn session_reopened_then_silent_broker_dropped_and_the_unacknowledged_publ
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
-    let mut temp = OutLink::new(TEMP.subscribe().unwrap(), "t/x", Postcard);
+    let mut temp = outbound::Link::new(TEMP.subscribe().unwrap(), "t/x", Postcard);
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
     let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic);
     b.link(&mut temp);

@@ -29,8 +29,10 @@ use std::time::Instant;
 
 use aimdb_connectors::mqtt::{Backoff, Config, Counters, QoS, RouteQos};
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::Dispatch;
+use aimdb_core::outbound;
+use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Record, Ring, Sink};
 use aimdb_core::sync::{HostRawMutex, Readiness};
 use mosquitto::{connector, free_port, tcp, until, Broker, TempDir, WAIT};
@@ -123,7 +125,7 @@ async fn run(restart: Restart, tag: &str) -> &'static Collector {
 
     // Publisher: the stream out on soak/stream, QoS 1.
     let mut no_in = Dispatch::<1, 1>::builder().build().unwrap();
-    let mut out = OutLink::new(stream.subscribe().unwrap(), "soak/stream", Postcard);
+    let mut out = outbound::Link::new(stream.subscribe().unwrap(), "soak/stream", Postcard);
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
     let mut rb = Routes::<_, 1, 1>::builder(ready_pub, &mut payload, &mut topic);
     rb.link(&mut out);
@@ -140,7 +142,7 @@ async fn run(restart: Restart, tag: &str) -> &'static Collector {
     );
 
     // Subscriber: soak/stream into the collector.
-    let link = InLink::new(collector, Postcard);
+    let link = inbound::Link::new(collector, Postcard);
     let mut db = Dispatch::<1, 1>::builder();
     db.link("soak/stream", &link);
     let mut inbound = db.build().unwrap();

@@ -10,8 +10,10 @@ mod mosquitto;
 
 use aimdb_connectors::mqtt::{Backoff, Config, Counters, QoS, RouteQos};
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::Dispatch;
+use aimdb_core::outbound;
+use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Mailbox, Record, Ring, TryRecvError};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
@@ -41,8 +43,8 @@ async fn latest_state_is_retained_for_late_subscribers_streams_are_not() {
     let broker = Broker::anonymous(port);
     let mut early = Sub::start(&broker, "early", "kind/#").await;
     let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
-    let mut state = OutLink::new(STATE.subscribe().unwrap(), "kind/state", Postcard);
-    let mut stream = OutLink::new(STREAM.subscribe().unwrap(), "kind/stream", Postcard);
+    let mut state = outbound::Link::new(STATE.subscribe().unwrap(), "kind/state", Postcard);
+    let mut stream = outbound::Link::new(STREAM.subscribe().unwrap(), "kind/stream", Postcard);
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
     let mut b = Routes::<_, 1, 2>::builder(&READY, &mut payload, &mut topic);
     b.link(&mut state).link(&mut stream);
@@ -98,8 +100,8 @@ async fn a_retained_command_is_not_run_at_start_and_clearing_it_is_not_a_rejecti
     let mut cmds = CMD.subscribe().unwrap();
     let mut setpoint = SETPOINT.subscribe().unwrap();
     let (cmd_in, sp_in) = (
-        InLink::new(&CMD, Postcard),
-        InLink::new(&SETPOINT, Postcard),
+        inbound::Link::new(&CMD, Postcard),
+        inbound::Link::new(&SETPOINT, Postcard),
     );
     let mut b = Dispatch::<2, 2>::builder();
     b.link("dev/cmd", &cmd_in).link("dev/setpoint", &sp_in);
@@ -150,7 +152,7 @@ async fn commands_replaced_before_they_were_taken_are_counted() {
     let port = free_port();
     let broker = Broker::anonymous(port);
     let mut cmds = CMD.subscribe().unwrap();
-    let cmd_in = InLink::new(&CMD, Postcard);
+    let cmd_in = inbound::Link::new(&CMD, Postcard);
     let mut b = Dispatch::<1, 1>::builder();
     b.link("dev/cmd", &cmd_in);
     let mut inbound = b.build().unwrap();

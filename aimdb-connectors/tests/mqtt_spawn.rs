@@ -14,8 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use aimdb_connectors::mqtt::{Config, Counters, Mqtt, TcpConnect, TokioDelay};
 use aimdb_connectors::tokio_io;
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::Dispatch;
+use aimdb_core::outbound;
+use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Record};
 use aimdb_core::sync::{HostRawMutex, Readiness};
 use mosquitto::{free_port, publish, until, within, Broker, Sub};
@@ -42,12 +44,12 @@ impl Device {
 /// The connector as a newcomer writes it from the MQTT docs: everything it
 /// borrows is built inside the future, over `'static` records.
 async fn connector(dev: &'static Device, port: u16, client_id: &'static str) -> String {
-    let led = InLink::new(&dev.led, Postcard);
+    let led = inbound::Link::new(&dev.led, Postcard);
     let mut b = Dispatch::<4, 8>::builder();
     b.link("cmd/led", &led);
     let mut inbound = b.build().unwrap();
 
-    let mut temp = OutLink::new(dev.temp.subscribe().unwrap(), "sensors/temp", Postcard);
+    let mut temp = outbound::Link::new(dev.temp.subscribe().unwrap(), "sensors/temp", Postcard);
     let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
     let mut b = Routes::<_, 1, 4>::builder(&dev.ready, &mut payload, &mut topic);
     b.link(&mut temp);

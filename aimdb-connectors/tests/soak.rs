@@ -44,7 +44,8 @@ use aimdb_connectors::framed::{Error, Framed, Stats};
 use aimdb_connectors::mqtt::{Backoff, Config, Counters, QoS, RouteQos};
 use aimdb_connectors::tokio_io;
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, Link as InLink};
+use aimdb_core::inbound;
+use aimdb_core::inbound::Dispatch;
 use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Reader, Record, RecvError, Ring};
 use aimdb_core::sync::Readiness;
@@ -247,7 +248,10 @@ fn gateway(listener: std::net::TcpListener, broker: u16) -> u32 {
     let inns: Vec<&'static Gw> = (0..ROUTES).map(|_| leak(Record::new("gw"))).collect();
     let dev_topics: Vec<String> = (0..ROUTES).map(|i| format!("dev/{i}")).collect();
     let mqtt_topics: Vec<String> = (0..ROUTES).map(|i| format!("soak/{i}")).collect();
-    let in_links: Vec<_> = inns.iter().map(|r| InLink::new(*r, Postcard)).collect();
+    let in_links: Vec<_> = inns
+        .iter()
+        .map(|r| inbound::Link::new(*r, Postcard))
+        .collect();
     let mut dispatch = dispatch_over::<ROUTES, 4>(&dev_topics, &in_links);
     let mut checkers: Vec<_> = inns.iter().map(|r| r.subscribe().unwrap()).collect();
     let mut links = out_links(&inns, &mqtt_topics);
@@ -295,7 +299,10 @@ fn gateway(listener: std::net::TcpListener, broker: u16) -> u32 {
 fn subscriber(broker: u16) {
     let inns: Vec<&'static Sub> = (0..ROUTES).map(|_| leak(Record::new("sub"))).collect();
     let topics: Vec<String> = (0..ROUTES).map(|i| format!("soak/{i}")).collect();
-    let in_links: Vec<_> = inns.iter().map(|r| InLink::new(*r, Postcard)).collect();
+    let in_links: Vec<_> = inns
+        .iter()
+        .map(|r| inbound::Link::new(*r, Postcard))
+        .collect();
     let mut dispatch = dispatch_over::<ROUTES, 4>(&topics, &in_links);
     let mut readers: Vec<_> = inns.iter().map(|r| r.subscribe().unwrap()).collect();
     let mut none = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut [], &mut [])

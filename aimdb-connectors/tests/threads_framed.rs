@@ -54,8 +54,9 @@ use std::time::Duration;
 use aimdb_connectors::framed::{Error, Framed, Snapshot, Stats};
 use aimdb_connectors::tokio_io;
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, Link as InLink};
-use aimdb_core::outbound::{self, Link as OutLink, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::Dispatch;
+use aimdb_core::outbound::{self, Routes};
 use aimdb_core::record::{Reader, Record, RecvError, Ring, TryRecvError};
 use aimdb_core::sync::{HostRawMutex, Readiness};
 use common::{dispatch_over, leak, routes_over};
@@ -182,7 +183,7 @@ fn side_a_routes(
     let links: Vec<_> = records
         .iter()
         .zip(topics)
-        .map(|(r, t)| OutLink::new(r.subscribe().expect("one reader"), t.as_str(), Postcard))
+        .map(|(r, t)| outbound::Link::new(r.subscribe().expect("one reader"), t.as_str(), Postcard))
         .collect();
     let links = Box::leak(links.into_boxed_slice());
     let ready: &'static Readiness<W> = leak(Readiness::new());
@@ -194,7 +195,10 @@ fn side_b_dispatch(
     records: &'static [&'static Rec],
     topics: &'static [String],
 ) -> Dispatch<'static, ROUTES, 1> {
-    let links: Vec<_> = records.iter().map(|r| InLink::new(*r, Postcard)).collect();
+    let links: Vec<_> = records
+        .iter()
+        .map(|r| inbound::Link::new(*r, Postcard))
+        .collect();
     dispatch_over::<ROUTES, 1>(topics, Box::leak(links.into_boxed_slice()))
 }
 

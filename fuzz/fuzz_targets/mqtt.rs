@@ -28,7 +28,8 @@ use core::convert::Infallible;
 use aimdb_connectors::mqtt::{Config, Connect, Counters, Mqtt, QoS, Reconnect, RouteQos, Stopped};
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound::{DispatchError, FrameSink, Stats};
-use aimdb_core::outbound::{Link as OutLink, LocalRoutes};
+use aimdb_core::outbound;
+use aimdb_core::outbound::LocalRoutes;
 use aimdb_core::record::{Latest, Record};
 use aimdb_core::sync::Readiness;
 use aimdb_fuzz::fixture::{Harness, Links, Records, Table};
@@ -146,7 +147,7 @@ fuzz_target!(|data: &[u8]| {
     static READY: Readiness<1> = Readiness::new();
     let state: Record<NoopRawMutex, Latest<u8>, 1> = Record::new("state");
     state.write(7);
-    let mut out_link = OutLink::new(state.subscribe().unwrap(), "out/state", Postcard);
+    let mut out_link = outbound::Link::new(state.subscribe().unwrap(), "out/state", Postcard);
     let (mut scratch, mut topic) = ([0u8; 16], [0u8; 16]);
     let mut b = LocalRoutes::<_, 1, 1>::builder(&READY, &mut scratch, &mut topic);
     b.link(&mut out_link);

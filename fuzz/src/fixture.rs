@@ -284,11 +284,11 @@ pub fn kind(e: DispatchError) -> Kind {
 }
 
 fn topic_kind(e: aimdb_core::topic::TopicError) -> Kind {
-    use aimdb_core::topic::TopicError as T;
+    use aimdb_core::topic::TopicError;
     match e {
-        T::NotUtf8 => Kind::TopicNotUtf8,
-        T::TooLong | T::TooManyLevels => Kind::TopicTooLong,
-        T::WildcardInName => Kind::WildcardInTopic,
+        TopicError::NotUtf8 => Kind::TopicNotUtf8,
+        TopicError::TooLong | TopicError::TooManyLevels => Kind::TopicTooLong,
+        TopicError::WildcardInName => Kind::WildcardInTopic,
         _ => Kind::InvalidTopic,
     }
 }

@@ -41,7 +41,8 @@ use aimdb_bench::fixtures::{self, leak, Rec};
 use aimdb_bench::timing::{allocs, short, GatedCounter, Spread, RUNS};
 use aimdb_connectors::tokio_io::run_on_thread;
 use aimdb_core::codec::Postcard;
-use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::outbound;
+use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Record};
 use aimdb_core::sync::{HostRawMutex, Readiness};
 use embassy_sync::blocking_mutex::raw::{CriticalSectionRawMutex, RawMutex};
@@ -537,7 +538,7 @@ fn lock_cell<M: RawMutex + Send + Sync + 'static>(
     let ready: &'static Readiness<1> = leak(Readiness::new());
     let mut b = Routes::<_, 1, 2>::builder(ready, leak([0x5au8; 16]), leak([0x5au8; 16]));
     for (Padded(r), &t) in recs.iter().zip(fixtures::out_topics(threads)) {
-        b.link(leak(OutLink::new(
+        b.link(leak(outbound::Link::new(
             r.subscribe().expect("reader"),
             t,
             Postcard,

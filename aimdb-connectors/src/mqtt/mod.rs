@@ -104,8 +104,8 @@
 //! # async fn demo() {
 //! use aimdb_connectors::mqtt::{Config, Counters, Mqtt, TcpConnect, TokioDelay};
 //! use aimdb_core::codec::Postcard;
-//! use aimdb_core::inbound::{Dispatch, Link as InLink};
-//! use aimdb_core::outbound::{Link as OutLink, Routes};
+//! use aimdb_core::inbound::{self, Dispatch};
+//! use aimdb_core::outbound::{self, Routes};
 //! use aimdb_core::record::{Latest, Record};
 //! use aimdb_core::sync::{HostRawMutex, Readiness};
 //!
@@ -115,12 +115,12 @@
 //! static COUNTERS: Counters = Counters::new();
 //!
 //! let connector = tokio::spawn(async {
-//!     let led = InLink::new(&LED, Postcard);
+//!     let led = inbound::Link::new(&LED, Postcard);
 //!     let mut b = Dispatch::<4, 8>::builder();
 //!     b.link("cmd/led", &led);
 //!     let mut inbound = b.build().unwrap();
 //!
-//!     let mut temp = OutLink::new(TEMP.subscribe().unwrap(), "sensors/temp", Postcard);
+//!     let mut temp = outbound::Link::new(TEMP.subscribe().unwrap(), "sensors/temp", Postcard);
 //!     let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
 //!     let mut b = Routes::<_, 1, 4>::builder(&READY, &mut payload, &mut topic);
 //!     b.link(&mut temp);

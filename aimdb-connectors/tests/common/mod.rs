@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use aimdb_connectors::framed::{Error, Framed, Stats};
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, Link as InLink, Target};
-use aimdb_core::outbound::{Link as OutLink, Route, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::{Dispatch, Target};
+use aimdb_core::outbound;
+use aimdb_core::outbound::{Route, Routes};
 use aimdb_core::record::{Buffer, Reader, Record, Ring};
 use aimdb_core::sync::{Readiness, ReadinessHandle};
 use embassy_futures::select::{select, Either};
@@ -71,11 +73,11 @@ pub fn rss_kib() -> u64 {
 pub fn out_links<'t, B: Buffer, const R: usize>(
     records: &[&'static Record<Cs, B, R>],
     topics: &'t [String],
-) -> Vec<OutLink<Reader<'static, Cs, B, R>, &'t str, Postcard>> {
+) -> Vec<outbound::Link<Reader<'static, Cs, B, R>, &'t str, Postcard>> {
     records
         .iter()
         .zip(topics)
-        .map(|(r, t)| OutLink::new(r.subscribe().expect("one reader"), t.as_str(), Postcard))
+        .map(|(r, t)| outbound::Link::new(r.subscribe().expect("one reader"), t.as_str(), Postcard))
         .collect()
 }
 
@@ -139,7 +141,11 @@ impl Side {
         let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
         let mut routes = routes_over::<_, W, 256>(self.ready, &mut payload, &mut topic, &mut links);
 
-        let in_links: Vec<_> = self.inn.iter().map(|r| InLink::new(*r, Postcard)).collect();
+        let in_links: Vec<_> = self
+            .inn
+            .iter()
+            .map(|r| inbound::Link::new(*r, Postcard))
+            .collect();
         let mut dispatch = dispatch_over::<512, 4>(&self.in_topics, &in_links);
 
         let mut framed = Framed::<256, 512>::new(stats);

@@ -19,8 +19,10 @@ use portable_atomic::{AtomicU32, Ordering};
 use aimdb_connectors::framed::{self, Framed};
 use aimdb_connectors::mqtt::{self, Mqtt, QoS, Reconnect, RouteQos};
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::Dispatch;
+use aimdb_core::outbound;
+use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Mailbox, Record, Ring};
 use aimdb_core::sync::Readiness;
 use device_protocol::{topics, Command, LinkStats, Reading, Status};
@@ -37,8 +39,8 @@ pub static READINGS: Record<Cs, Ring<Reading, READINGS_DEPTH>, 1> = Record::new(
 pub static STATUS: Record<Cs, Latest<Status>, 1> = Record::new("status");
 /// Commands from the host: the latest wins, taken once.
 pub static CMD: Record<Cs, Mailbox<Command>, 1> = Record::new("cmd");
-static CMD_IN: InLink<'static, Record<Cs, Mailbox<Command>, 1>, Postcard, Command> =
-    InLink::new(&CMD, Postcard).with_max_payload(8);
+static CMD_IN: inbound::Link<'static, Record<Cs, Mailbox<Command>, 1>, Postcard, Command> =
+    inbound::Link::new(&CMD, Postcard).with_max_payload(8);
 static READY: Readiness<1> = Readiness::new();
 /// Counters of the device link.
 pub static LINK: framed::Stats = framed::Stats::new();
@@ -65,8 +67,8 @@ pub async fn connector<R: Read, W: Write>(rx: R, tx: W) -> framed::Error {
         // return: a second concurrent call is a programming error.
         return framed::Error::Closed;
     };
-    let mut readings = OutLink::new(readings, topics::READINGS, Postcard);
-    let mut status = OutLink::new(status, topics::STATUS, Postcard);
+    let mut readings = outbound::Link::new(readings, topics::READINGS, Postcard);
+    let mut status = outbound::Link::new(status, topics::STATUS, Postcard);
     // A reading is at most 10 bytes of postcard, a status 13.
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
     // Builders live in blocks so they do not keep space in the task's
@@ -148,9 +150,9 @@ pub async fn mqtt_connector<C: mqtt::Connect>(
         // As in `connector`: only one connector runs at a time.
         return mqtt::Stopped::Disconnected;
     };
-    let mut readings = OutLink::new(readings, topics::READINGS, Postcard);
-    let mut status = OutLink::new(status, topics::STATUS, Postcard);
-    let mut link = OutLink::new(link, topics::LINK, Postcard);
+    let mut readings = outbound::Link::new(readings, topics::READINGS, Postcard);
+    let mut status = outbound::Link::new(status, topics::STATUS, Postcard);
+    let mut link = outbound::Link::new(link, topics::LINK, Postcard);
     // The largest payload is a LinkStats: at most 30 bytes of postcard.
     let (mut payload, mut topic) = ([0u8; 32], [0u8; 0]);
     let routes = {

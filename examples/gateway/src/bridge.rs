@@ -17,10 +17,12 @@ use aimdb_connectors::mqtt::{
 };
 use aimdb_connectors::tokio_io;
 use aimdb_core::codec::{Json, Postcard};
-use aimdb_core::inbound::{Dispatch, DispatchError, Link as InLink, SharedStats, Stats};
-use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::{Dispatch, DispatchError, SharedStats, Stats};
+use aimdb_core::outbound;
+use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Mailbox, Reader, Record, Ring};
-use aimdb_core::sync::HostRawMutex as Cs;
+use aimdb_core::sync::HostRawMutex;
 use aimdb_core::sync::Readiness;
 use device_protocol::{topics, Command, Reading, Status};
 use tokio::net::{TcpListener, TcpStream};
@@ -28,9 +30,10 @@ use tokio::net::{TcpListener, TcpStream};
 /// Readings held for the MQTT side while the broker is away.
 pub const READINGS_DEPTH: usize = 256;
 
-pub static READINGS: Record<Cs, Ring<Reading, READINGS_DEPTH>, 1> = Record::new("readings");
-pub static STATUS: Record<Cs, Latest<Status>, 1> = Record::new("status");
-pub static COMMAND: Record<Cs, Mailbox<Command>, 1> = Record::new("command");
+pub static READINGS: Record<HostRawMutex, Ring<Reading, READINGS_DEPTH>, 1> =
+    Record::new("readings");
+pub static STATUS: Record<HostRawMutex, Latest<Status>, 1> = Record::new("status");
+pub static COMMAND: Record<HostRawMutex, Mailbox<Command>, 1> = Record::new("command");
 static DEVICE_READY: Readiness<1> = Readiness::new();
 static MQTT_READY: Readiness<1> = Readiness::new();
 
@@ -66,9 +69,9 @@ impl DeviceLink {
 /// task starts: a `Ring` reader sees only what is written after it
 /// subscribed, and the tasks run on different workers in no fixed order.
 pub struct Readers {
-    command: Reader<'static, Cs, Mailbox<Command>, 1>,
-    readings: Reader<'static, Cs, Ring<Reading, READINGS_DEPTH>, 1>,
-    status: Reader<'static, Cs, Latest<Status>, 1>,
+    command: Reader<'static, HostRawMutex, Mailbox<Command>, 1>,
+    readings: Reader<'static, HostRawMutex, Ring<Reading, READINGS_DEPTH>, 1>,
+    status: Reader<'static, HostRawMutex, Latest<Status>, 1>,
 }
 
 impl Readers {
@@ -91,11 +94,11 @@ impl Readers {
 }
 
 /// What [`device`] drains.
-pub struct DeviceReaders(Reader<'static, Cs, Mailbox<Command>, 1>);
+pub struct DeviceReaders(Reader<'static, HostRawMutex, Mailbox<Command>, 1>);
 /// What [`mqtt`] drains.
 pub struct MqttReaders(
-    Reader<'static, Cs, Ring<Reading, READINGS_DEPTH>, 1>,
-    Reader<'static, Cs, Latest<Status>, 1>,
+    Reader<'static, HostRawMutex, Ring<Reading, READINGS_DEPTH>, 1>,
+    Reader<'static, HostRawMutex, Latest<Status>, 1>,
 );
 
 /// The device side: framed-stream connector over TCP; reconnects for ever.
@@ -103,9 +106,9 @@ pub async fn device(link: DeviceLink, readers: DeviceReaders) {
     let dev_in = [
         (
             topics::READINGS,
-            &InLink::new(&READINGS, Postcard) as &(dyn aimdb_core::inbound::Target + Sync),
+            &inbound::Link::new(&READINGS, Postcard) as &(dyn aimdb_core::inbound::Target + Sync),
         ),
-        (topics::STATUS, &InLink::new(&STATUS, Postcard)),
+        (topics::STATUS, &inbound::Link::new(&STATUS, Postcard)),
     ];
     let mut b = Dispatch::<4, 4>::builder();
     for (t, l) in dev_in {
@@ -113,7 +116,7 @@ pub async fn device(link: DeviceLink, readers: DeviceReaders) {
     }
     b.shared_stats(&DEVICE_IN);
     let mut dispatch = b.build().expect("device inbound table");
-    let mut cmd = OutLink::new(readers.0, topics::CMD, Postcard);
+    let mut cmd = outbound::Link::new(readers.0, topics::CMD, Postcard);
     let (mut payload, mut topic) = ([0u8; 64], [0u8; 0]);
     let mut b = Routes::<_, 1, 1>::builder(&DEVICE_READY, &mut payload, &mut topic);
     b.link(&mut cmd);
@@ -153,7 +156,7 @@ fn leak(s: String) -> &'static str {
 /// The MQTT side: readings and status out, commands in.
 pub async fn mqtt(broker: Broker, readers: MqttReaders) -> mqtt::Stopped {
     let cmd_topic = leak(format!("{}/cmd", broker.prefix));
-    let cmd_in = InLink::new(&COMMAND, Json).with_max_payload(256);
+    let cmd_in = inbound::Link::new(&COMMAND, Json).with_max_payload(256);
     let mut b = Dispatch::<4, 4>::builder();
     b.link(cmd_topic, &cmd_in).shared_stats(&MQTT_IN);
     let mut dispatch = b.build().expect("MQTT inbound table");
@@ -161,8 +164,8 @@ pub async fn mqtt(broker: Broker, readers: MqttReaders) -> mqtt::Stopped {
     let readings_topic = leak(format!("{}/readings", broker.prefix));
     let status_topic = leak(format!("{}/status", broker.prefix));
     let MqttReaders(readings, status) = readers;
-    let mut readings = OutLink::new(readings, readings_topic, Json);
-    let mut status = OutLink::new(status, status_topic, Json);
+    let mut readings = outbound::Link::new(readings, readings_topic, Json);
+    let mut status = outbound::Link::new(status, status_topic, Json);
     let (mut payload, mut topic) = ([0u8; 256], [0u8; 0]);
     let mut b = Routes::<_, 1, 2>::builder(&MQTT_READY, &mut payload, &mut topic);
     b.link(&mut readings).link(&mut status);

@@ -12,16 +12,18 @@ use std::time::{Duration, Instant};
 
 use aimdb_connectors::mqtt::{Config, Counters, Mqtt, QoS, RouteQos, TcpConnect, TokioDelay};
 use aimdb_core::codec::Json;
-use aimdb_core::inbound::{Dispatch, Link as InLink, Target};
-use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::{Dispatch, Target};
+use aimdb_core::outbound;
+use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Mailbox, Record, RecvError, Ring};
-use aimdb_core::sync::HostRawMutex as Cs;
+use aimdb_core::sync::HostRawMutex;
 use aimdb_core::sync::Readiness;
 use device_protocol::{Command, Reading, Status};
 
-static READINGS: Record<Cs, Ring<Reading, 1024>, 1> = Record::new("op/readings");
-static STATUS: Record<Cs, Latest<Status>, 1> = Record::new("op/status");
-static CMD: Record<Cs, Mailbox<Command>, 1> = Record::new("op/cmd");
+static READINGS: Record<HostRawMutex, Ring<Reading, 1024>, 1> = Record::new("op/readings");
+static STATUS: Record<HostRawMutex, Latest<Status>, 1> = Record::new("op/status");
+static CMD: Record<HostRawMutex, Mailbox<Command>, 1> = Record::new("op/cmd");
 static READY: Readiness<1> = Readiness::new();
 static COUNTERS: Counters = Counters::new();
 
@@ -59,11 +61,11 @@ pub async fn run(
     let links: [(&str, &(dyn Target + Sync)); 2] = [
         (
             &readings_topic,
-            &InLink::new(&READINGS, Json).with_max_payload(256),
+            &inbound::Link::new(&READINGS, Json).with_max_payload(256),
         ),
         (
             &status_topic,
-            &InLink::new(&STATUS, Json).with_max_payload(256),
+            &inbound::Link::new(&STATUS, Json).with_max_payload(256),
         ),
     ];
     let mut b = Dispatch::<4, 4>::builder();
@@ -72,7 +74,7 @@ pub async fn run(
     }
     let mut dispatch = b.build().expect("operator inbound table");
     let cmd_topic = format!("{prefix}/cmd");
-    let mut cmd = OutLink::new(CMD.subscribe().expect("reader"), cmd_topic.as_str(), Json);
+    let mut cmd = outbound::Link::new(CMD.subscribe().expect("reader"), cmd_topic.as_str(), Json);
     let (mut payload, mut topic) = ([0u8; 128], [0u8; 0]);
     let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic);
     b.link(&mut cmd);

@@ -15,12 +15,14 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, KeyedLink, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Routes, TopicWriter, Written};
+use aimdb_core::inbound;
+use aimdb_core::inbound::{Dispatch, KeyedLink};
+use aimdb_core::outbound;
+use aimdb_core::outbound::{Routes, TopicWriter, Written};
 use aimdb_core::record::{KeyedVec, Latest, Mailbox, Reader, Record, Ring};
 use aimdb_core::sync::Readiness;
 // The per-record host lock: records written from any tokio worker.
-use aimdb_core::sync::HostRawMutex as Cs;
+use aimdb_core::sync::HostRawMutex;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -43,14 +45,14 @@ struct Status {
 }
 
 // Device side: what firmware would keep in statics.
-static TEMPS: Record<Cs, Ring<Reading, 16>, 1> = Record::new("temps");
-static STATUS: Record<Cs, Latest<Status>, 1> = Record::new("status");
-static CMD: Record<Cs, Mailbox<Command>, 1> = Record::new("cmd");
+static TEMPS: Record<HostRawMutex, Ring<Reading, 16>, 1> = Record::new("temps");
+static STATUS: Record<HostRawMutex, Latest<Status>, 1> = Record::new("status");
+static CMD: Record<HostRawMutex, Mailbox<Command>, 1> = Record::new("cmd");
 static DEVICE_READY: Readiness<1> = Readiness::new();
 
 // Host side.
-static COMMAND: Record<Cs, Mailbox<Command>, 1> = Record::new("command");
-static HOST_STATUS: Record<Cs, Latest<Status>, 1> = Record::new("host-status");
+static COMMAND: Record<HostRawMutex, Mailbox<Command>, 1> = Record::new("command");
+static HOST_STATUS: Record<HostRawMutex, Latest<Status>, 1> = Record::new("host-status");
 static HOST_READY: Readiness<1> = Readiness::new();
 
 type Frame = (String, Vec<u8>);
@@ -59,8 +61,8 @@ fn reading_topic(r: &Reading, w: &mut TopicWriter<'_>) -> std::fmt::Result {
     write!(w, "sensors/dev{}/temp", r.device)
 }
 
-type Temps = Reader<'static, Cs, Ring<Reading, 16>, 1>;
-type StatusReader = Reader<'static, Cs, Latest<Status>, 1>;
+type Temps = Reader<'static, HostRawMutex, Ring<Reading, 16>, 1>;
+type StatusReader = Reader<'static, HostRawMutex, Latest<Status>, 1>;
 
 /// The device's connector task: one future driving both directions. Its
 /// readers are subscribed by the caller before the application starts
@@ -70,18 +72,18 @@ async fn device(
     mut rx: mpsc::Receiver<Frame>,
     (temps, status): (Temps, StatusReader),
 ) {
-    let mut temps = OutLink::new(
+    let mut temps = outbound::Link::new(
         temps,
         Written(reading_topic as fn(&Reading, &mut TopicWriter<'_>) -> std::fmt::Result),
         Postcard,
     );
-    let mut status = OutLink::new(status, "status/dev7", Postcard);
+    let mut status = outbound::Link::new(status, "status/dev7", Postcard);
     let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
     let mut b = Routes::<_, 1, 4>::builder(&DEVICE_READY, &mut payload, &mut topic);
     b.link(&mut temps).link(&mut status);
     let mut out = b.build().expect("outbound config");
 
-    let cmd_link = InLink::new(&CMD, Postcard);
+    let cmd_link = inbound::Link::new(&CMD, Postcard);
     let mut b = Dispatch::<4, 8>::builder();
     b.link("cmd/dev7", &cmd_link);
     let mut inbound = b.build().expect("inbound config");
@@ -131,17 +133,18 @@ async fn main() {
     let (dev_tx, host_rx) = mpsc::channel::<Frame>(32);
     let (host_tx, dev_rx) = mpsc::channel::<Frame>(32);
 
-    let readings: &'static KeyedVec<Cs, Ring<Reading, 16>, 1> =
+    let readings: &'static KeyedVec<HostRawMutex, Ring<Reading, 16>, 1> =
         Box::leak(Box::new(KeyedVec::with_capacity("readings", 8)));
     let host_task = tokio::spawn(async move {
         let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
-        let mut cmd_out = OutLink::new(COMMAND.subscribe().expect("reader"), "cmd/dev7", Postcard);
+        let mut cmd_out =
+            outbound::Link::new(COMMAND.subscribe().expect("reader"), "cmd/dev7", Postcard);
         let mut b = Routes::<_, 1, 2>::builder(&HOST_READY, &mut payload, &mut topic);
         b.link(&mut cmd_out);
         let mut out = b.build().expect("outbound config");
 
         let temp_link = KeyedLink::new(readings, Postcard);
-        let status_link = InLink::new(&HOST_STATUS, Postcard);
+        let status_link = inbound::Link::new(&HOST_STATUS, Postcard);
         let mut b = Dispatch::<4, 8>::builder();
         b.link_keyed("sensors/+/temp", 1, &temp_link)
             .link("status/dev7", &status_link);

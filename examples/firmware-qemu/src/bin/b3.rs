@@ -42,8 +42,10 @@ use aimdb_connectors::framed::frame::{self, Decoder, Event};
 use aimdb_connectors::loopback::Pair;
 use aimdb_connectors::mqtt::{self, Counters, Mqtt, QoS, RouteQos};
 use aimdb_core::codec::{Encode, Postcard};
-use aimdb_core::inbound::{Dispatch, KeyedLink, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Routes, TopicWriter, Written};
+use aimdb_core::inbound;
+use aimdb_core::inbound::{Dispatch, KeyedLink};
+use aimdb_core::outbound;
+use aimdb_core::outbound::{Routes, TopicWriter, Written};
 use aimdb_core::record::{Keyed, Latest, Record, Ring};
 use aimdb_core::sync::Readiness;
 use cortex_m::peripheral::syst::SystClkSource;
@@ -342,8 +344,8 @@ fn records() {
 }
 
 fn inbound(payload: &[u8]) {
-    let exact_links: [InLink<'static, Rec, Postcard, u32>; 8] =
-        core::array::from_fn(|k| InLink::new(&IN_RECS[k], Postcard));
+    let exact_links: [inbound::Link<'static, Rec, Postcard, u32>; 8] =
+        core::array::from_fn(|k| inbound::Link::new(&IN_RECS[k], Postcard));
     let mut b = Dispatch::<8, 26>::builder();
     for (t, l) in EXACT.iter().zip(&exact_links) {
         b.link(t, l);
@@ -401,7 +403,7 @@ fn static_table(f: impl FnOnce(&mut Routes<'_, &'static Readiness<1>, 1, 8>)) {
         let Ok(r) = OUT_RECS[k].subscribe() else {
             fail("out reader")
         };
-        OutLink::new(r, OUT_TOPICS[k], Postcard)
+        outbound::Link::new(r, OUT_TOPICS[k], Postcard)
     });
     let (mut scratch, mut topic) = ([0x5au8; 64], [0x5au8; 64]);
     let mut b = Routes::<_, 1, 8>::builder(&READY_STATIC, &mut scratch, &mut topic);
@@ -464,7 +466,7 @@ fn outbound() {
     let Ok(r) = WRITTEN_REC.subscribe() else {
         fail("written reader")
     };
-    let mut link = OutLink::new(r, Written(written as WrittenFn), Postcard);
+    let mut link = outbound::Link::new(r, Written(written as WrittenFn), Postcard);
     let (mut scratch, mut topic) = ([0x5au8; 64], [0x5au8; 64]);
     let mut b = Routes::<_, 1, 1>::builder(&READY_WRITTEN, &mut scratch, &mut topic);
     b.link(&mut link);
@@ -519,7 +521,8 @@ fn mqtt_rows(waker: &Waker) {
     const IN_TOPIC: &[u8; 5] = b"b3/in";
     let (client_rx, client_tx) = MQTT_PAIR.a();
     let (mut broker_rx, mut broker_tx) = MQTT_PAIR.b();
-    let in_link: InLink<'static, Rec, Postcard, u32> = InLink::new(&MQTT_IN, Postcard);
+    let in_link: inbound::Link<'static, Rec, Postcard, u32> =
+        inbound::Link::new(&MQTT_IN, Postcard);
     let mut b = Dispatch::<1, 4>::builder();
     b.link("b3/in", &in_link);
     let Ok(mut inbound) = b.build() else {
@@ -528,7 +531,7 @@ fn mqtt_rows(waker: &Waker) {
     let Ok(r) = MQTT_OUT.subscribe() else {
         fail("mqtt out reader")
     };
-    let mut out = OutLink::new(r, "b3/out", Postcard);
+    let mut out = outbound::Link::new(r, "b3/out", Postcard);
     let (mut scratch, mut topic) = ([0x5au8; 32], [0u8; 0]);
     let mut b = Routes::<_, 1, 1>::builder(&MQTT_READY, &mut scratch, &mut topic);
     b.link(&mut out);

@@ -10,9 +10,13 @@ use firmware_qemu::{app, time, uart};
 
 #[embassy_executor::main]
 async fn main(spawner: Spawner) {
-    let Some(p) = cortex_m::Peripherals::take() else { fail("peripherals taken") };
+    let Some(p) = cortex_m::Peripherals::take() else {
+        fail("peripherals taken")
+    };
     time::init(p.SYST);
-    let Some((mut rx, mut tx)) = uart::take() else { fail("UART0 taken") };
+    let Some((mut rx, mut tx)) = uart::take() else {
+        fail("UART0 taken")
+    };
     hprintln!("device: up, framed connector on UART0");
     spawner.spawn(app::control_task().unwrap_or_else(|_| fail("control task")));
     spawner.spawn(app::sensor_task().unwrap_or_else(|_| fail("sensor task")));

@@ -9,8 +9,10 @@
 
 use aimdb_connectors::framed::{Framed, Stats};
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{Dispatch, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Routes};
+use aimdb_core::inbound;
+use aimdb_core::inbound::Dispatch;
+use aimdb_core::outbound;
+use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Record};
 use aimdb_core::sync::Readiness;
 use cortex_m_rt::exception;
@@ -21,23 +23,39 @@ use firmware_qemu::{fail, uart};
 /// Routes of each kind in the base build.
 const BASE: usize = 16;
 const MAX: usize = 2 * BASE;
-const OUT: usize = if cfg!(feature = "double-out") { MAX } else { BASE };
-const IN: usize = if cfg!(feature = "double-in") { MAX } else { BASE };
+const OUT: usize = if cfg!(feature = "double-out") {
+    MAX
+} else {
+    BASE
+};
+const IN: usize = if cfg!(feature = "double-in") {
+    MAX
+} else {
+    BASE
+};
 
 type Rec = Record<Cs, Latest<u32>, 1>;
 static OUT_RECS: [Rec; MAX] = [const { Record::new("out") }; MAX];
 static IN_RECS: [Rec; MAX] = [const { Record::new("in") }; MAX];
-static TOPICS: [&str; MAX] = ["f/0", "f/1", "f/2", "f/3", "f/4", "f/5", "f/6", "f/7", "f/8", "f/9", "f/10", "f/11", "f/12", "f/13", "f/14", "f/15", "f/16", "f/17", "f/18", "f/19", "f/20", "f/21", "f/22", "f/23", "f/24", "f/25", "f/26", "f/27", "f/28", "f/29", "f/30", "f/31"];
+static TOPICS: [&str; MAX] = [
+    "f/0", "f/1", "f/2", "f/3", "f/4", "f/5", "f/6", "f/7", "f/8", "f/9", "f/10", "f/11", "f/12",
+    "f/13", "f/14", "f/15", "f/16", "f/17", "f/18", "f/19", "f/20", "f/21", "f/22", "f/23", "f/24",
+    "f/25", "f/26", "f/27", "f/28", "f/29", "f/30", "f/31",
+];
 /// One bitmap word serves up to 32 routes: the same in every build.
 static READY: Readiness<1> = Readiness::new();
 static STATS: Stats = Stats::new();
 
 #[embassy_executor::main]
 async fn main(_spawner: Spawner) {
-    let Some((mut rx, mut tx)) = uart::take() else { fail() };
+    let Some((mut rx, mut tx)) = uart::take() else {
+        fail()
+    };
     let mut out: [_; OUT] = core::array::from_fn(|i| {
-        let Ok(reader) = OUT_RECS[i].subscribe() else { fail() };
-        OutLink::new(reader, TOPICS[i], Postcard)
+        let Ok(reader) = OUT_RECS[i].subscribe() else {
+            fail()
+        };
+        outbound::Link::new(reader, TOPICS[i], Postcard)
     });
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
     // Builders in their own blocks: a builder that is only moved from
@@ -52,7 +70,7 @@ async fn main(_spawner: Spawner) {
         let Ok(routes) = b.build() else { fail() };
         routes
     };
-    let links: [_; IN] = core::array::from_fn(|i| InLink::new(&IN_RECS[i], Postcard));
+    let links: [_; IN] = core::array::from_fn(|i| inbound::Link::new(&IN_RECS[i], Postcard));
     let mut dispatch = {
         let mut b = Dispatch::<IN, 2>::builder();
         for (t, l) in TOPICS.iter().zip(&links) {
@@ -63,7 +81,9 @@ async fn main(_spawner: Spawner) {
     };
     let mut framed = Framed::<64, 128>::new(&STATS);
     loop {
-        framed.run(&mut rx, &mut tx, &mut dispatch, &mut routes).await;
+        framed
+            .run(&mut rx, &mut tx, &mut dispatch, &mut routes)
+            .await;
     }
 }
 

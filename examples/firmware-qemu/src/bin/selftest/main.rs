@@ -30,8 +30,10 @@ use core::pin::pin;
 use core::task::Poll;
 
 use aimdb_core::codec::{DecodeError, Encode, Postcard};
-use aimdb_core::inbound::{Dispatch, DispatchError, KeyedLink, Link as InLink};
-use aimdb_core::outbound::{Link as OutLink, Message, Routes, TopicWriter, Written};
+use aimdb_core::inbound;
+use aimdb_core::inbound::{Dispatch, DispatchError, KeyedLink};
+use aimdb_core::outbound;
+use aimdb_core::outbound::{Message, Routes, TopicWriter, Written};
 use aimdb_core::record::{Keyed, Latest, Mailbox, Record, Ring, SubscribeError, TryRecvError};
 use aimdb_core::sync::Readiness;
 use cortex_m_semihosting::{debug, hprintln};
@@ -87,7 +89,9 @@ static LATEST: Record<Cs, Latest<u32>, 2> = Record::new("fw/latest");
 /// Writes between reads coalesce; each value is seen at most once; a late
 /// subscriber sees the current value once.
 fn latest_coalesces() -> bool {
-    let Ok(mut r) = LATEST.subscribe() else { return false };
+    let Ok(mut r) = LATEST.subscribe() else {
+        return false;
+    };
     ensure!(r.try_recv() == Err(TryRecvError::Empty));
     LATEST.write(1);
     LATEST.write(2);
@@ -96,7 +100,9 @@ fn latest_coalesces() -> bool {
     ensure!(r.try_recv() == Err(TryRecvError::Empty));
     LATEST.write(3);
     ensure!(r.try_recv() == Ok(3)); // an equal value is still a new write
-    let Ok(mut late) = LATEST.subscribe() else { return false };
+    let Ok(mut late) = LATEST.subscribe() else {
+        return false;
+    };
     ensure!(late.try_recv() == Ok(3));
     ensure!(late.try_recv() == Err(TryRecvError::Empty));
     ensure!(LATEST.writes() == 4);
@@ -111,9 +117,15 @@ static RING: Record<Cs, Ring<u32, 4>, 2> = Record::new("fw/ring");
 /// lost, then reads the oldest one still held; other readers are unaffected.
 fn ring_lag_exact() -> bool {
     // The `inject-failure` feature expects a wrong lag count here.
-    const LOST_AFTER_7: u64 = if cfg!(feature = "inject-failure") { 4 } else { 3 };
+    const LOST_AFTER_7: u64 = if cfg!(feature = "inject-failure") {
+        4
+    } else {
+        3
+    };
 
-    let (Ok(mut a), Ok(mut b)) = (RING.subscribe(), RING.subscribe()) else { return false };
+    let (Ok(mut a), Ok(mut b)) = (RING.subscribe(), RING.subscribe()) else {
+        return false;
+    };
     for v in 0..4 {
         RING.write(v);
     }
@@ -151,7 +163,9 @@ static MAILBOX: Record<Cs, Mailbox<u32>, 2> = Record::new("fw/mailbox");
 /// The latest write wins and each value is taken by exactly one of two
 /// readers.
 fn mailbox_taken_once() -> bool {
-    let (Ok(mut a), Ok(mut b)) = (MAILBOX.subscribe(), MAILBOX.subscribe()) else { return false };
+    let (Ok(mut a), Ok(mut b)) = (MAILBOX.subscribe(), MAILBOX.subscribe()) else {
+        return false;
+    };
     MAILBOX.write(1);
     MAILBOX.write(2);
     ensure!(a.try_recv() == Ok(2));
@@ -161,7 +175,11 @@ fn mailbox_taken_once() -> bool {
     for v in 10..20 {
         MAILBOX.write(v);
         // Alternate who tries first; exactly one reader gets each value.
-        let (first, second) = if v % 2 == 0 { (&mut a, &mut b) } else { (&mut b, &mut a) };
+        let (first, second) = if v % 2 == 0 {
+            (&mut a, &mut b)
+        } else {
+            (&mut b, &mut a)
+        };
         let x = first.try_recv();
         let y = second.try_recv();
         ensure!(x == Ok(v));
@@ -178,7 +196,9 @@ static SLOTS: Record<Cs, Latest<u8>, 2> = Record::new("fw/slots");
 
 /// Subscribing past `R` readers fails; dropping a reader frees its slot.
 fn subscribe_full_and_release() -> bool {
-    let (Ok(a), Ok(_b)) = (SLOTS.subscribe(), SLOTS.subscribe()) else { return false };
+    let (Ok(a), Ok(_b)) = (SLOTS.subscribe(), SLOTS.subscribe()) else {
+        return false;
+    };
     ensure!(SLOTS.subscribe().map(|_| ()) == Err(SubscribeError::Full));
     drop(a);
     ensure!(SLOTS.subscribe().is_ok());
@@ -190,12 +210,12 @@ fn subscribe_full_and_release() -> bool {
 /// Exact route `ctl/setpoint`; a postcard `i16` is at most 3 bytes, so the
 /// link refuses anything longer unread.
 static SETPOINT: Record<Cs, Latest<i16>, 1> = Record::new("fw/setpoint");
-static SETPOINT_IN: InLink<'static, Record<Cs, Latest<i16>, 1>, Postcard, i16> =
-    InLink::new(&SETPOINT, Postcard).with_max_payload(3);
+static SETPOINT_IN: inbound::Link<'static, Record<Cs, Latest<i16>, 1>, Postcard, i16> =
+    inbound::Link::new(&SETPOINT, Postcard).with_max_payload(3);
 /// Pattern route `cmd/+/led`: every LED command lands in one ring.
 static LEDS: Record<Cs, Ring<bool, 4>, 1> = Record::new("fw/leds");
-static LEDS_IN: InLink<'static, Record<Cs, Ring<bool, 4>, 1>, Postcard, bool> =
-    InLink::new(&LEDS, Postcard);
+static LEDS_IN: inbound::Link<'static, Record<Cs, Ring<bool, 4>, 1>, Postcard, bool> =
+    inbound::Link::new(&LEDS, Postcard);
 /// Keyed route `sensors/+/temp`: level 1 names the slot; room for 2 keys.
 static TEMPS: Keyed<Cs, Latest<i16>, 2, 1> = Keyed::new("fw/temps");
 static TEMPS_IN: KeyedLink<'static, Keyed<Cs, Latest<i16>, 2, 1>, Postcard, i16> =
@@ -250,7 +270,9 @@ fn inbound_dispatch() -> bool {
     ensure!(d.dispatch(b"sensors/a/temp", enc(&215i16, &mut buf)) == Ok(1));
     ensure!(d.dispatch(b"sensors/b/temp", enc(&190i16, &mut buf)) == Ok(1));
     ensure!(TEMPS.len() == 2);
-    let (Some(a), Some(bslot)) = (TEMPS.get("a"), TEMPS.get("b")) else { return false };
+    let (Some(a), Some(bslot)) = (TEMPS.get("a"), TEMPS.get("b")) else {
+        return false;
+    };
     let (Ok(mut temp_a), Ok(mut temp_b)) = (a.subscribe(), bslot.subscribe()) else {
         return false;
     };
@@ -268,16 +290,36 @@ fn inbound_dispatch() -> bool {
         (b"sensors/#", one, DispatchError::WildcardInTopic),
         (b"ctl/\xffpoint", one, DispatchError::TopicNotUtf8),
         // A varint cut short.
-        (b"ctl/setpoint", &[0x80], DispatchError::MalformedPayload(DecodeError::Truncated)),
+        (
+            b"ctl/setpoint",
+            &[0x80],
+            DispatchError::MalformedPayload(DecodeError::Truncated),
+        ),
         // 1, then a stray byte.
-        (b"ctl/setpoint", &[2, 0], DispatchError::MalformedPayload(DecodeError::TrailingBytes)),
+        (
+            b"ctl/setpoint",
+            &[2, 0],
+            DispatchError::MalformedPayload(DecodeError::TrailingBytes),
+        ),
         // 2 is not a bool.
-        (b"cmd/hall/led", &[2], DispatchError::MalformedPayload(DecodeError::Malformed)),
+        (
+            b"cmd/hall/led",
+            &[2],
+            DispatchError::MalformedPayload(DecodeError::Malformed),
+        ),
         // 4 bytes: over the link's 3-byte limit, refused before decoding.
-        (b"ctl/setpoint", &[0x80, 0x80, 0x80, 0], DispatchError::PayloadTooLarge),
+        (
+            b"ctl/setpoint",
+            &[0x80, 0x80, 0x80, 0],
+            DispatchError::PayloadTooLarge,
+        ),
         (b"sensors/c/temp", one, DispatchError::KeyTableFull),
         // Decoded before the key is claimed: malformed, not "table full".
-        (b"sensors/c/temp", &[0x80], DispatchError::MalformedPayload(DecodeError::Truncated)),
+        (
+            b"sensors/c/temp",
+            &[0x80],
+            DispatchError::MalformedPayload(DecodeError::Truncated),
+        ),
         (b"sensors//temp", one, DispatchError::KeyInvalid),
     ];
     for (i, &(topic, payload, want)) in bad.iter().enumerate() {
@@ -361,7 +403,9 @@ async fn producer() {
 async fn async_recv_ping_pong(spawner: Spawner) -> bool {
     // Subscribe before the producer runs: a ring reader starts at the next
     // write.
-    let (Ok(mut data), Ok(mut done)) = (DATA.subscribe(), DONE.subscribe()) else { return false };
+    let (Ok(mut data), Ok(mut done)) = (DATA.subscribe(), DONE.subscribe()) else {
+        return false;
+    };
     spawner.spawn(match producer() {
         Ok(token) => token,
         Err(_) => return false,
@@ -428,10 +472,25 @@ struct Round {
 }
 
 const ROUTE_ROUNDS: &[Round] = &[
-    Round { puts: &[Put::Ring(300)], route: 0, topic: "fw/out/ring", payload: &[0xac, 0x02] },
+    Round {
+        puts: &[Put::Ring(300)],
+        route: 0,
+        topic: "fw/out/ring",
+        payload: &[0xac, 0x02],
+    },
     // zigzag(-40) = 79
-    Round { puts: &[Put::Temp(3, -40)], route: 1, topic: "fw/out/3/temp", payload: &[3, 0x4f] },
-    Round { puts: &[Put::Count(42)], route: 2, topic: "fw/out/count", payload: &[42] },
+    Round {
+        puts: &[Put::Temp(3, -40)],
+        route: 1,
+        topic: "fw/out/3/temp",
+        payload: &[3, 0x4f],
+    },
+    Round {
+        puts: &[Put::Count(42)],
+        route: 2,
+        topic: "fw/out/count",
+        payload: &[42],
+    },
     // u64::MAX is 10 bytes: skipped with an encode error; the ring value
     // still goes out.
     Round {
@@ -448,7 +507,12 @@ const ROUTE_ROUNDS: &[Round] = &[
         payload: &[200, 0xd0, 0x0f],
     },
     // The route that hit the encode error goes on.
-    Round { puts: &[Put::Count(43)], route: 2, topic: "fw/out/count", payload: &[43] },
+    Round {
+        puts: &[Put::Count(43)],
+        route: 2,
+        topic: "fw/out/count",
+        payload: &[43],
+    },
 ];
 
 fn put(p: Put) {
@@ -500,7 +564,13 @@ async fn pull<'r>(routes: &'r mut OutRoutes<'_>, parked: &mut u32) -> Message<'r
 fn is_msg(m: &Message<'_>, route: usize, topic: &str, payload: &[u8]) -> bool {
     let ok = m.route == route && m.topic == topic && m.payload == payload && m.lagged == 0;
     if !ok {
-        hprintln!("  got route {} `{}` {:?} lag {}", m.route, m.topic, m.payload, m.lagged);
+        hprintln!(
+            "  got route {} `{}` {:?} lag {}",
+            m.route,
+            m.topic,
+            m.payload,
+            m.lagged
+        );
         hprintln!("  want route {} `{}` {:?}", route, topic, payload);
     }
     ok
@@ -511,23 +581,29 @@ fn is_msg(m: &Message<'_>, route: usize, topic: &str, payload: &[u8]) -> bool {
 /// parks and is woken by the producer task's write; a value too large for
 /// the payload scratch is skipped and counted while the routes go on.
 async fn outbound_routes(spawner: Spawner) -> bool {
-    let (Ok(ring), Ok(temp), Ok(count)) =
-        (OUT_RING.subscribe(), OUT_TEMP.subscribe(), OUT_COUNT.subscribe())
-    else {
+    let (Ok(ring), Ok(temp), Ok(count)) = (
+        OUT_RING.subscribe(),
+        OUT_TEMP.subscribe(),
+        OUT_COUNT.subscribe(),
+    ) else {
         return false;
     };
-    let Ok(mut done) = OUT_DONE.subscribe() else { return false };
-    let mut l_ring = OutLink::new(ring, "fw/out/ring", Postcard);
-    let mut l_temp = OutLink::new(
+    let Ok(mut done) = OUT_DONE.subscribe() else {
+        return false;
+    };
+    let mut l_ring = outbound::Link::new(ring, "fw/out/ring", Postcard);
+    let mut l_temp = outbound::Link::new(
         temp,
         Written(|v: &(u8, i16), w: &mut TopicWriter<'_>| write!(w, "fw/out/{}/temp", v.0)),
         Postcard,
     );
-    let mut l_count = OutLink::new(count, "fw/out/count", Postcard);
+    let mut l_count = outbound::Link::new(count, "fw/out/count", Postcard);
     let (mut payload, mut topic) = ([0u8; OUT_PAYLOAD], [0u8; 24]);
     let mut b = OutRoutes::builder(&READY, &mut payload, &mut topic);
     b.link(&mut l_ring).link(&mut l_temp).link(&mut l_count);
-    let Ok(mut routes) = b.build() else { return false };
+    let Ok(mut routes) = b.build() else {
+        return false;
+    };
     ensure!(routes.len() == 3);
 
     // 1. Everything ready at once: served round-robin from route 0; the
@@ -602,7 +678,11 @@ async fn main(spawner: Spawner) {
     t.check("device_app", peer::device_app(spawner).await);
 
     hprintln!("firmware: {} passed, {} failed", t.passed, t.failed);
-    firmware_qemu::exit(if t.failed == 0 { debug::EXIT_SUCCESS } else { debug::EXIT_FAILURE })
+    firmware_qemu::exit(if t.failed == 0 {
+        debug::EXIT_SUCCESS
+    } else {
+        debug::EXIT_FAILURE
+    })
 }
 
 firmware_qemu::handlers!("firmware");

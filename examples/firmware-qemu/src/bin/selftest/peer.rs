@@ -80,7 +80,11 @@ impl Peer {
     /// Checks a reading's sequence number: each exactly once, in order.
     fn reading(&mut self, r: Reading) -> bool {
         if r.seq != self.next_seq {
-            hprintln!("  peer: reading {} arrived, expected {}", r.seq, self.next_seq);
+            hprintln!(
+                "  peer: reading {} arrived, expected {}",
+                r.seq,
+                self.next_seq
+            );
             return false;
         }
         self.next_seq += 1;
@@ -90,8 +94,12 @@ impl Peer {
     async fn send(&mut self, cmd: Command) -> bool {
         let mut payload = [0u8; 8];
         let mut wire = [0u8; 32];
-        let Ok(p) = postcard::to_slice(&cmd, &mut payload) else { return false };
-        let Ok(n) = frame::encode(topics::CMD, p, &mut wire) else { return false };
+        let Ok(p) = postcard::to_slice(&cmd, &mut payload) else {
+            return false;
+        };
+        let Ok(n) = frame::encode(topics::CMD, p, &mut wire) else {
+            return false;
+        };
         self.tx.write_all(&wire[..n]).await.is_ok()
     }
 
@@ -141,15 +149,25 @@ pub async fn device_app(spawner: Spawner) -> bool {
         }
         // 2. Garbage on the line, then a command: the garbage is counted
         //    and skipped, the command applies, its status comes back.
-        ensure!(peer.tx.write_all(&[0x42, 0x13, 0x37, 0x00, 0x05, 0x01, 0x00]).await.is_ok());
+        ensure!(peer
+            .tx
+            .write_all(&[0x42, 0x13, 0x37, 0x00, 0x05, 0x01, 0x00])
+            .await
+            .is_ok());
         ensure!(peer.send(Command::SetLed(true)).await);
         ensure!(peer.status_where(|s| s.led && s.commands == 1).await);
         // 3. Each command type round-trips (one at a time: a Mailbox keeps
         //    only the latest).
         ensure!(peer.send(Command::SetInterval(5)).await);
-        ensure!(peer.status_where(|s| s.interval_ms == 5 && s.commands == 2).await);
+        ensure!(
+            peer.status_where(|s| s.interval_ms == 5 && s.commands == 2)
+                .await
+        );
         ensure!(peer.send(Command::Ping(77)).await);
-        ensure!(peer.status_where(|s| s.last_ping == 77 && s.commands == 3).await);
+        ensure!(
+            peer.status_where(|s| s.last_ping == 77 && s.commands == 3)
+                .await
+        );
         // 4. Readings keep flowing, still in order, at the new interval.
         let target = peer.next_seq + 10;
         while peer.next_seq < target {
