@@ -57,9 +57,9 @@ clippy:
 ## Loom model of the outbound wake-up path, and clippy on the loom build
 ## (own target dir: other RUSTFLAGS).
 loom:
-	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 $(CARGO) test -p aimdb-core \
+	RUSTFLAGS="--cfg aimdb_loom" LOOM_MAX_PREEMPTIONS=3 $(CARGO) test -p aimdb-core \
 	  --features std --test loom_outbound --release --target-dir target/loom
-	RUSTFLAGS="--cfg loom" $(CARGO) clippy -p aimdb-core --features std \
+	RUSTFLAGS="--cfg aimdb_loom" $(CARGO) clippy -p aimdb-core --features std \
 	  --all-targets --target-dir target/loom -- -D warnings
 
 ## aimdb-core without std/alloc, and aimdb-connectors with `mqtt`, for

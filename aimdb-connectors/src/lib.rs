@@ -14,6 +14,7 @@ extern crate std;
 #[macro_use]
 mod log_shim;
 
+#[cfg(feature = "testing")]
 pub mod fault;
 pub mod framed;
 pub mod loopback;

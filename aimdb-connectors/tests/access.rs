@@ -107,7 +107,7 @@ fn a_framed_peer_cannot_write_an_outbound_only_record() {
 #[tokio::test]
 async fn a_broker_client_cannot_write_an_outbound_only_record() {
     use aimdb_connectors::mqtt::{Config, Counters};
-    use mosquitto::{alongside, connector, free_port, publish, tcp, within, Broker, Sub};
+    use mosquitto::{alongside, connector, free_port, publish, tcp, until, within, Broker, Sub};
 
     static STATE: Record<Cs, Latest<u32>, 2> = Record::new("state");
     static SETPOINT: Record<Cs, Latest<u32>, 1> = Record::new("setpoint");
@@ -126,6 +126,11 @@ async fn a_broker_client_cannot_write_an_outbound_only_record() {
     let body = async {
         // The device's own value went out: the connector is up.
         assert_eq!(watcher.next().await, "dev/state 01");
+        // The log comes through a pipe another thread reads: wait for it.
+        until("the subscription in the broker's log", || {
+            !broker.subscriptions("aimdb-access").is_empty()
+        })
+        .await;
         assert_eq!(broker.subscriptions("aimdb-access"), ["dev/setpoint"]);
         // Another client writes to the state topic: the broker delivers it
         // to the watcher, not to the connector, which never subscribed.

@@ -146,6 +146,12 @@ async fn mosquitto_pub_messages_land_in_exact_wildcard_and_keyed_routes() {
 
     alongside(mqtt.run(&mut inbound, &mut routes), async {
         until("the connector to subscribe", || counters.is_connected()).await;
+        // The broker's log arrives through a pipe read by another thread:
+        // wait for its subscription lines rather than race them.
+        until("the subscriptions in the broker's log", || {
+            broker.subscriptions("aimdb-in").len() >= 4
+        })
+        .await;
         // Exactly the dispatch table's filters, wildcards included.
         let mut subs = broker.subscriptions("aimdb-in");
         subs.sort();

@@ -13,7 +13,7 @@
 //! The other direction matters too: a record over `NoopRawMutex` has no
 //! lock at all, so it must never be `Sync`, its readers never `Send`, and
 //! the `Local` tables that hold links over it never `Send`.
-#![cfg(not(loom))]
+#![cfg(not(aimdb_loom))]
 
 use aimdb_core::codec::{DecodeError, EncodeError, Postcard};
 use aimdb_core::inbound::{self, Dispatch, DispatchError, LocalDispatch};

@@ -1,12 +1,12 @@
 //! Loom model of the outbound wake-up path: a writer thread and the
 //! transport's `next()`, across all interleavings (bounded by
 //! `LOOM_MAX_PREEMPTIONS`). Run with `make loom`:
-//! `RUSTFLAGS="--cfg loom" cargo test -p aimdb-core --test loom_outbound --release`.
+//! `RUSTFLAGS="--cfg aimdb_loom" cargo test -p aimdb-core --test loom_outbound --release`.
 //!
 //! What fails if the protocol is wrong: a lost wake-up leaves `block_on`
 //! parked forever, which loom reports as a deadlock; a duplicate delivery
 //! or a reordering fails the assertions.
-#![cfg(loom)]
+#![cfg(aimdb_loom)]
 
 use std::sync::Arc;
 

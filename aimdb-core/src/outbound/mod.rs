@@ -53,7 +53,7 @@
 mod link;
 // Outside a loom model the loom atomics of `Readiness` panic: the model
 // of this module is `tests/loom_outbound.rs`.
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(aimdb_loom)))]
 mod tests;
 
 use core::fmt;

@@ -75,7 +75,7 @@ pub struct Keyed<M: RawMutex, B: Buffer, const K: usize, const R: usize> {
 impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> Keyed<M, B, K, R> {
     /// An empty table called `name`. Slot records are unnamed; the table
     /// carries the name.
-    #[cfg(not(loom))]
+    #[cfg(not(aimdb_loom))]
     pub const fn new(name: &'static str) -> Self {
         Self {
             name,
@@ -88,7 +88,7 @@ impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> Keyed<M, B, K, R> {
         }
     }
     /// An empty table called `name`.
-    #[cfg(loom)]
+    #[cfg(aimdb_loom)]
     pub fn new(name: &'static str) -> Self {
         Self {
             name,

@@ -361,5 +361,5 @@ impl<M: RawMutex, B: Buffer, const R: usize> Sink<B::Item> for Record<M, B, R> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(aimdb_loom)))]
 mod tests;

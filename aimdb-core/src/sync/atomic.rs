@@ -1,8 +1,8 @@
-//! Atomic and cell shim: portable-atomic normally, loom under `--cfg loom`.
+//! Atomic and cell shim: portable-atomic normally, loom under `--cfg aimdb_loom`.
 
-#[cfg(loom)]
+#[cfg(aimdb_loom)]
 pub(crate) use loom::sync::atomic::AtomicU32;
-#[cfg(not(loom))]
+#[cfg(not(aimdb_loom))]
 pub(crate) use portable_atomic::AtomicU32;
 
 pub(crate) use core::sync::atomic::Ordering;
@@ -11,26 +11,26 @@ pub(crate) use core::sync::atomic::Ordering;
 /// the model checker sees each access.
 #[derive(Debug)]
 pub(crate) struct UnsafeCell<T>(
-    #[cfg(not(loom))] core::cell::UnsafeCell<T>,
-    #[cfg(loom)] loom::cell::UnsafeCell<T>,
+    #[cfg(not(aimdb_loom))] core::cell::UnsafeCell<T>,
+    #[cfg(aimdb_loom)] loom::cell::UnsafeCell<T>,
 );
 
 impl<T> UnsafeCell<T> {
-    #[cfg(not(loom))]
+    #[cfg(not(aimdb_loom))]
     pub(crate) const fn new(v: T) -> Self {
         Self(core::cell::UnsafeCell::new(v))
     }
-    #[cfg(loom)]
+    #[cfg(aimdb_loom)]
     pub(crate) fn new(v: T) -> Self {
         Self(loom::cell::UnsafeCell::new(v))
     }
 
     /// Runs `f` with a raw mutable pointer to the contents.
-    #[cfg(not(loom))]
+    #[cfg(not(aimdb_loom))]
     pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
         f(self.0.get())
     }
-    #[cfg(loom)]
+    #[cfg(aimdb_loom)]
     pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
         self.0.with_mut(f)
     }
@@ -39,8 +39,8 @@ impl<T> UnsafeCell<T> {
 /// A spin-wait hint; under loom it lets the model schedule another thread.
 #[inline]
 pub(crate) fn spin_loop() {
-    #[cfg(loom)]
+    #[cfg(aimdb_loom)]
     loom::hint::spin_loop();
-    #[cfg(not(loom))]
+    #[cfg(not(aimdb_loom))]
     core::hint::spin_loop();
 }

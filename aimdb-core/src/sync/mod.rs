@@ -17,8 +17,9 @@
 //! (`record`, `inbound`, `outbound`) forbid `unsafe` code.
 //!
 //! Atomics go through the private `atomic` shim so that
-//! `RUSTFLAGS="--cfg loom"` swaps them for loom's model-checked versions
-//! (the tokio pattern). Outside loom they
+//! `RUSTFLAGS="--cfg aimdb_loom"` swaps them for loom's model-checked versions
+//! (a crate-specific switch, as tokio has: a downstream crate running its
+//! own loom tests with `--cfg loom` does not change ours). Outside loom they
 //! come from `portable-atomic`, so `thumbv6m-none-eabi` (no compare-and-swap)
 //! builds: the *firmware* enables portable-atomic's `critical-section` or
 //! single-core option, never this library.
@@ -35,12 +36,12 @@ pub use host_mutex::HostRawMutex;
 pub use readiness::{Pending, Readiness, ReadinessHandle};
 
 /// Declares a constructor that is `const fn` normally and a plain `fn` under
-/// `--cfg loom`, whose atomics cannot be built in a constant.
+/// `--cfg aimdb_loom`, whose atomics cannot be built in a constant.
 macro_rules! loom_const_fn {
     ($(#[$m:meta])* $vis:vis fn $name:ident $($rest:tt)*) => {
-        #[cfg(not(loom))]
+        #[cfg(not(aimdb_loom))]
         $(#[$m])* $vis const fn $name $($rest)*
-        #[cfg(loom)]
+        #[cfg(aimdb_loom)]
         $(#[$m])* $vis fn $name $($rest)*
     };
 }

@@ -140,11 +140,11 @@ impl<const W: usize> Readiness<W> {
         }
     }
 
-    #[cfg(not(loom))]
+    #[cfg(not(aimdb_loom))]
     const fn zero_words() -> [AtomicU32; W] {
         [const { AtomicU32::new(0) }; W]
     }
-    #[cfg(loom)]
+    #[cfg(aimdb_loom)]
     fn zero_words() -> [AtomicU32; W] {
         core::array::from_fn(|_| AtomicU32::new(0))
     }
@@ -705,7 +705,7 @@ impl<const W: usize> fmt::Debug for Pending<W> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(aimdb_loom)))]
 mod tests {
     use super::*;
 
