@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo e2e test quickstart fmt-check clippy loom nostd firmware footprint b3 bench-gate bench ci deps soak
+.PHONY: demo e2e test quickstart fmt-check doc clippy loom nostd firmware footprint b3 bench-gate bench ci deps soak
 
 DEVICE_ELF = target-fw/thumbv7m-none-eabi/release/device
 DEVICE_MQTT_ELF = target-fw/thumbv7m-none-eabi/release/device-mqtt
@@ -45,8 +45,14 @@ quickstart:
 fmt-check:
 	$(CARGO) fmt --all --check
 
+## Rustdoc for every crate with every feature, warnings as errors (broken
+## intra-doc links, links to private items).
+doc:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --all-features --no-deps
+
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 	$(CARGO) clippy -p aimdb-connectors --all-targets --all-features -- -D warnings
 	$(CARGO) clippy -p aimdb-connectors --lib --features mqtt -- -D warnings
 	$(CARGO) clippy -p aimdb-core --all-targets -- -D warnings
@@ -128,4 +134,4 @@ fuzz-smoke:
 deps:
 	bash scripts/install-deps.sh
 
-ci: deps fmt-check clippy test loom nostd firmware e2e bench-gate fuzz-smoke
+ci: deps fmt-check clippy doc test loom nostd firmware e2e bench-gate fuzz-smoke

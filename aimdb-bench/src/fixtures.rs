@@ -81,7 +81,7 @@ fn id(i: usize) -> String {
     format!("{i:04}")
 }
 
-/// `n` exact routes `dev/{id}/value` (14 bytes each, see [`id`]).
+/// `n` exact routes `dev/{id}/value` (14 bytes each: the route number zero-padded to four digits).
 pub fn inbound_exact(n: usize) -> Inbound {
     let records = records(n);
     let mut b = InTable::builder();

@@ -15,9 +15,10 @@ use std::task::{Context, Poll};
 use aimdb_connectors::framed::{frame, Framed, Stats, MAX_ENCODED, MAX_FRAME};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
+use aimdb_core::connector::{FrameSink, MessageSource};
 use aimdb_core::inbound;
-use aimdb_core::inbound::{Dispatch, DispatchError, FrameSink, KeyedLink};
-use aimdb_core::outbound::{self, MessageSource, Routes};
+use aimdb_core::inbound::{Dispatch, DispatchError, KeyedLink};
+use aimdb_core::outbound::{self, Routes};
 use aimdb_core::record::{Keyed, Latest, Record, Ring, KEY_MAX_LEN};
 use aimdb_core::sync::Readiness;
 use aimdb_core::topic::MAX_TOPIC_LEN;
@@ -75,7 +76,9 @@ impl FrameSink for Lengths {
         self.got.push((topic.len(), payload.len()));
         Ok(1)
     }
-    fn for_each_filter(&self, _: &mut dyn FnMut(&str)) {}
+    fn next_filter(&self, _: usize) -> Option<(usize, &str)> {
+        None
+    }
     fn stats(&self) -> &aimdb_core::inbound::Stats {
         &self.stats
     }
@@ -99,17 +102,15 @@ impl MessageSource for Script {
         self.next += 1;
         Poll::Ready(())
     }
-    fn message(&self) -> outbound::Message<'_> {
-        let (topic, payload) = self.at.map_or(("", &[][..]), |i| {
-            (self.msgs[i].0.as_str(), self.msgs[i].1.as_slice())
-        });
-        outbound::Message {
+    fn message(&self) -> Option<outbound::Message<'_>> {
+        let i = self.at?;
+        Some(outbound::Message {
             route: 0,
-            topic,
-            payload,
+            topic: self.msgs[i].0.as_str(),
+            payload: self.msgs[i].1.as_slice(),
             lagged: 0,
             retain: false,
-        }
+        })
     }
     fn replay_latest(&mut self) {}
     fn stats(&self) -> &outbound::Stats {

@@ -101,6 +101,7 @@ extern crate std;
 mod packed;
 
 pub mod codec;
+pub mod connector;
 pub mod inbound;
 pub mod outbound;
 pub mod record;

@@ -27,7 +27,8 @@ use core::convert::Infallible;
 
 use aimdb_connectors::mqtt::{Config, Connect, Counters, Mqtt, QoS, Reconnect, RouteQos, Stopped};
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{DispatchError, FrameSink, Stats};
+use aimdb_core::connector::FrameSink;
+use aimdb_core::inbound::{DispatchError, Stats};
 use aimdb_core::outbound;
 use aimdb_core::outbound::LocalRoutes;
 use aimdb_core::record::{Latest, Record};
@@ -105,8 +106,8 @@ impl FrameSink for Checked<'_, '_> {
         self.rejected += u32::from(got.is_err());
         got
     }
-    fn for_each_filter(&self, f: &mut dyn FnMut(&str)) {
-        self.table.for_each_filter(f);
+    fn next_filter(&self, from: usize) -> Option<(usize, &str)> {
+        self.table.next_filter(from)
     }
     fn stats(&self) -> &Stats {
         self.table.stats()

@@ -64,8 +64,7 @@ use core::future::poll_fn;
 use core::pin::pin;
 use core::task::Poll;
 
-use aimdb_core::inbound::FrameSink;
-use aimdb_core::outbound::MessageSource;
+use aimdb_core::connector::{FrameSink, MessageSource};
 use embassy_futures::select::{select, Either};
 use embedded_io_async::{ErrorKind, Read, Write};
 use portable_atomic::{AtomicU32, Ordering};
@@ -400,13 +399,12 @@ async fn write_loop<W: Write, S: MessageSource + ?Sized>(
         }
         // Batch whatever is ready right now, up to the buffer's size.
         while out.held {
-            let m = outbound.message();
-            if m.topic.is_empty() {
+            let Some(m) = outbound.message() else {
                 // Nothing current (a source other than the one that was
                 // polled): nothing to encode.
                 out.held = false;
                 break;
-            }
+            };
             match frame::encode(m.topic, m.payload, &mut buf[out.len..]) {
                 Ok(n) => out.len += n,
                 // The batch is full: send it; this message stays held.

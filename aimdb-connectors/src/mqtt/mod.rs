@@ -5,12 +5,12 @@
 //!
 //! ```text
 //!  broker ──PUBLISH──► minimq::Connection::poll ──► FrameSink::dispatch(topic, payload) ──► records
-//!  records ──► MessageSource (outbound::next) ──► Connection::publish(topic, payload, QoS of route i) ──► broker
+//!  records ──► MessageSource (connector::ready, message) ──► Connection::publish(topic, payload, QoS of route i) ──► broker
 //! ```
 //!
 //! and keeps the connection alive:
 //!
-//! - it subscribes to exactly the filters [`FrameSink::for_each_filter`]
+//! - it subscribes to exactly the filters [`FrameSink::next_filter`]
 //!   yields (wildcards included), waiting for each SUBACK;
 //! - keep-alive PINGREQs go out while idle; a missed PINGRESP, EOF, an I/O
 //!   error, a broker DISCONNECT, or a broker silent past
@@ -79,7 +79,7 @@
 //! - **Cancel-safe receive.** `Connection::poll` may be dropped at any
 //!   await (documented, and ordering across cancelled writes is preserved
 //!   since 0.13.5), which is what selecting it against
-//!   [`outbound::next`](aimdb_core::outbound::next) needs. rust-mqtt's
+//!   [`connector::ready`](aimdb_core::connector::ready) needs. rust-mqtt's
 //!   `poll` is not cancel-safe (only `poll_header` is).
 //! - **Keep-alive and ping-timeout detection built in**, with QoS 1/2
 //!   retransmission held in the TX slice; rust-mqtt leaves keep-alive
@@ -163,8 +163,7 @@ pub use tls::{tls_client_config, TlsConnect, TlsConnectError, TlsSetupError};
 #[cfg(feature = "tls")]
 pub use tokio_rustls::rustls;
 
-use aimdb_core::inbound::FrameSink;
-use aimdb_core::outbound::MessageSource;
+use aimdb_core::connector::{FrameSink, MessageSource};
 use embedded_hal_async::delay::DelayNs;
 
 /// MQTT quality of service of a publish or the maximum of a subscription.

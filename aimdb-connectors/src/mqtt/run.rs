@@ -3,8 +3,8 @@
 use core::future::poll_fn;
 use core::task::Poll;
 
-use aimdb_core::inbound::FrameSink;
-use aimdb_core::outbound::{self, MessageSource};
+use aimdb_core::connector::{self, FrameSink, MessageSource};
+use aimdb_core::outbound;
 use aimdb_core::topic::MAX_TOPIC_LEN;
 use embassy_futures::select::{select, select3, Either, Either3};
 use embassy_time::{Duration, Instant, Timer};
@@ -217,8 +217,7 @@ where
         let served = async {
             if connected_once {
                 if retry {
-                    let m = source.message();
-                    if !m.topic.is_empty() {
+                    if let Some(m) = source.message() {
                         let qos = config.publish_qos.get(m.route);
                         let mut live = Liveness::new(config, &reads);
                         publish(&mut conn, sink, m, qos, counters, &mut live).await?;
@@ -270,7 +269,7 @@ where
         // `poll` first: while records are busy it still runs once per
         // message, so inbound traffic and keep-alive are never starved.
         // All three futures are cancel-safe; the losers are dropped.
-        let event = select3(conn.poll(), outbound::next(source), live.expired()).await;
+        let event = select3(conn.poll(), connector::ready(source), live.expired()).await;
         let event = match event {
             Either3::First(r) => Either::First(r),
             Either3::Second(m) => Either::Second(m),
@@ -300,7 +299,10 @@ where
             // `source` does not outlive this match.
             Either::Second(_) => {}
         }
-        let m = source.message();
+        let Some(m) = source.message() else {
+            // Ready without a message: nothing to send.
+            continue;
+        };
         let qos = config.publish_qos.get(m.route);
         if let Err(d) = publish(conn, sink, m, qos, counters, &mut live).await {
             *retry = true;
@@ -427,24 +429,18 @@ where
     // the broker is asked not to send them (MQTT 5 retain handling 2);
     // one that sends them anyway is ignored by `dispatch_retained`.
     let no_retained = options.retain_behavior(RetainHandling::Never);
-    // `for_each_filter` lends each filter only inside the callback: copy
-    // the `index`-th out. Quadratic in the filter count, once per connect.
-    for index in 0.. {
+    // Copied out of the table so the borrow ends before the SUBSCRIBE is
+    // awaited; `next_filter` resumes where the last one was found, so the
+    // whole enumeration is linear in the route count.
+    let mut from = 0;
+    loop {
         let mut filter = heapless::String::<MAX_TOPIC_LEN>::new();
-        let mut k = 0usize;
-        let mut found = false;
-        sink.for_each_filter(&mut |f| {
-            if k == index {
-                found = true;
-                // Dispatch validated its filters to MAX_TOPIC_LEN.
-                let _ = filter.push_str(f);
-            }
-            k += 1;
-        });
-        if !found {
+        let Some((next, f)) = sink.next_filter(from) else {
             break;
-        }
-        if filter.is_empty() {
+        };
+        from = next;
+        // Dispatch validated its filters to MAX_TOPIC_LEN.
+        if filter.push_str(f).is_err() || filter.is_empty() {
             continue;
         }
         let op = conn

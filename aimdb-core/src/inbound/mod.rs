@@ -54,6 +54,7 @@ pub use link::{KeyedLink, Link, Target, DEFAULT_MAX_PAYLOAD};
 pub use stats::{SharedStats, Stats};
 
 use crate::codec::DecodeError;
+use crate::connector::FrameSink;
 use crate::topic::{fnv1a, topic_hash, Filter, Topic, TopicError, MAX_LEVELS};
 
 /// Why a frame was rejected. Each variant has its own counter in [`Stats`].
@@ -470,27 +471,6 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'
     }
 }
 
-/// What a connector hands inbound frames to: implemented by [`Dispatch`],
-/// so connectors need not name its const parameters.
-pub trait FrameSink {
-    /// See [`Dispatch::dispatch`].
-    fn dispatch(&mut self, topic: &[u8], payload: &[u8]) -> Result<usize, DispatchError>;
-    /// See [`Dispatch::dispatch_retained`]; by default the same as
-    /// `dispatch`.
-    fn dispatch_retained(&mut self, topic: &[u8], payload: &[u8]) -> Result<usize, DispatchError> {
-        self.dispatch(topic, payload)
-    }
-    /// See [`Dispatch::wants_retained`]; by default `true`.
-    fn wants_retained(&self, filter: &str) -> bool {
-        let _ = filter;
-        true
-    }
-    /// Calls `f` with each declared filter once (see [`Dispatch::filters`]).
-    fn for_each_filter(&self, f: &mut dyn FnMut(&str));
-    /// See [`Dispatch::stats`].
-    fn stats(&self) -> &Stats;
-}
-
 impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> FrameSink
     for Dispatch<'a, N, NODES, D>
 {
@@ -503,10 +483,14 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> FrameSink
     fn wants_retained(&self, filter: &str) -> bool {
         Dispatch::wants_retained(self, filter)
     }
-    fn for_each_filter(&self, f: &mut dyn FnMut(&str)) {
-        for filter in self.filters() {
-            f(filter);
-        }
+    fn next_filter(&self, from: usize) -> Option<(usize, &str)> {
+        let (i, r) = self
+            .routes
+            .iter()
+            .enumerate()
+            .skip(from)
+            .find(|(_, r)| r.first)?;
+        Some((i + 1, r.filter))
     }
     fn stats(&self) -> &Stats {
         Dispatch::stats(self)

@@ -505,3 +505,26 @@ fn shared_stats_mirror_the_table_for_other_readers() {
         (1, 1, 1, 1)
     );
 }
+
+#[test]
+fn next_filter_enumerates_each_filter_once_in_order() {
+    use crate::connector::FrameSink;
+    let a: Rec<u32> = Record::new("a");
+    let b: Rec<u32> = Record::new("b");
+    let (la, lb) = (Link::new(&a, Postcard), Link::new(&b, Postcard));
+    let mut bld = LocalDispatch::<8, 8>::builder();
+    bld.link("dev/a", &la)
+        .link("dev/+", &la)
+        .link("dev/a", &lb) // the same filter again: enumerated once
+        .link("logs/#", &lb);
+    let d = bld.build().unwrap();
+    let mut got = Vec::new();
+    let mut from = 0;
+    while let Some((next, f)) = d.next_filter(from) {
+        assert!(next > from, "always moves forward");
+        got.push(f);
+        from = next;
+    }
+    assert_eq!(got, ["dev/a", "dev/+", "logs/#"]);
+    assert_eq!(got, d.filters().collect::<Vec<_>>());
+}

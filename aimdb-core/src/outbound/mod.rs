@@ -67,6 +67,7 @@ pub use link::{
     Written,
 };
 
+use crate::connector::MessageSource;
 use crate::sync::{Pending, Readiness, ReadinessHandle};
 use crate::topic::{Topic, TopicError};
 
@@ -430,21 +431,6 @@ where
     }
 }
 
-/// What a connector pulls outbound messages from: implemented by
-/// [`Routes`], so connectors need not name its const parameters. Use it
-/// through [`next`].
-pub trait MessageSource {
-    /// Readies the next message (see [`Routes::poll_next`]); on `Ready`,
-    /// [`MessageSource::message`] returns it.
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()>;
-    /// The message readied by the last `Ready` poll.
-    fn message(&self) -> Message<'_>;
-    /// See [`Routes::replay_latest`].
-    fn replay_latest(&mut self);
-    /// See [`Routes::stats`].
-    fn stats(&self) -> &Stats;
-}
-
 impl<'a, H, const W: usize, const N: usize, D> MessageSource for Routes<'a, H, W, N, D>
 where
     H: ReadinessHandle<W>,
@@ -453,8 +439,8 @@ where
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         Routes::poll_ready(self, cx)
     }
-    fn message(&self) -> Message<'_> {
-        self.current_message()
+    fn message(&self) -> Option<Message<'_>> {
+        Routes::last(self)
     }
     fn replay_latest(&mut self) {
         Routes::replay_latest(self);
@@ -462,16 +448,6 @@ where
     fn stats(&self) -> &Stats {
         Routes::stats(self)
     }
-}
-
-/// Waits for the next message of any [`MessageSource`].
-///
-/// # Cancel safety
-///
-/// Cancel-safe, as [`Routes::next`].
-pub async fn next<S: MessageSource + ?Sized>(source: &mut S) -> Message<'_> {
-    poll_fn(|cx| source.poll_ready(cx)).await;
-    source.message()
 }
 
 impl<'a, H, const W: usize, const N: usize, D> fmt::Debug for Routes<'a, H, W, N, D>

@@ -197,8 +197,8 @@ pub async fn mqtt(broker: Broker, readers: MqttReaders) -> mqtt::Stopped {
 async fn run<C: Connect>(
     config: Config<'_>,
     connect: C,
-    dispatch: &mut (impl aimdb_core::inbound::FrameSink + ?Sized),
-    routes: &mut (impl aimdb_core::outbound::MessageSource + ?Sized),
+    dispatch: &mut (impl aimdb_core::connector::FrameSink + ?Sized),
+    routes: &mut (impl aimdb_core::connector::MessageSource + ?Sized),
 ) -> mqtt::Stopped {
     let (mut rx, mut tx) = (vec![0u8; 2048], vec![0u8; 8192]);
     let mut client = Mqtt::new(config, &mut rx, &mut tx, connect, TokioDelay, &MQTT)
