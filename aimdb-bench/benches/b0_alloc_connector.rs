@@ -306,7 +306,7 @@ async fn connector_rows(out: &mut Vec<Measured>) {
         let mut b = Dispatch::<'static, 4, 4>::builder();
         b.link(in_topic, leak(inbound::Link::new(in_rec, Postcard)));
         let mut dispatch = b.build().expect("config");
-        let framed = leak(Framed::<256, 512>::new(leak(Stats::new())));
+        let framed = leak(Framed::<256, 512>::with_sizes(leak(Stats::new())));
         local.spawn_local(async move {
             let (rx, tx) = end;
             let e = framed.run(rx, tx, &mut dispatch, &mut routes).await;

@@ -62,7 +62,7 @@ fn a_framed_peer_cannot_write_an_outbound_only_record() {
     let pair = Pair::<NoopRawMutex, 1024>::new();
     let ((_, mut peer_tx), (rx, tx)) = (pair.a(), pair.b());
     let stats = Stats::new();
-    let mut framed = Framed::<64, 128>::new(&stats);
+    let mut framed = Framed::<64, 128>::with_sizes(&stats);
     let attempts = [
         "dev/state",
         "dev/+",

@@ -60,7 +60,7 @@ fn framed_run_is_send_with_thread_safe_records() {
     let pair: &'static Pair<Cs, 64> = leak(Pair::new());
     let stats: &'static Stats = leak(Stats::new());
     let (mut d, mut r) = tables!(HostRawMutex);
-    let mut framed = Framed::<64, 64>::new(stats);
+    let mut framed = Framed::<64, 64>::with_sizes(stats);
     let (rx, tx) = pair.a();
     let fut = framed.run(rx, tx, &mut d, &mut r);
     is_send(&fut);
@@ -85,7 +85,7 @@ fn framed_run_over_local_tables_is_not_send() {
     b.link(link);
     let mut routes = b.build().unwrap();
     let mut dispatch = LocalDispatch::<1, 1>::builder().build().unwrap();
-    let mut framed = Framed::<64, 64>::new(stats);
+    let mut framed = Framed::<64, 64>::with_sizes(stats);
     let (rx, tx) = pair.a();
     assert_not_send!(framed.run(rx, tx, &mut dispatch, &mut routes));
 }

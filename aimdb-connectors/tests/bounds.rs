@@ -150,8 +150,8 @@ fn frame_size_limit_in_and_out() {
     let pair = Pair::<NoopRawMutex, 8192>::new();
     let ((a_rx, a_tx), (b_rx, b_tx)) = (pair.a(), pair.b());
     let (a_stats, b_stats) = (Stats::new(), Stats::new());
-    let mut a = Framed::<MAX_FRAME, MAX_ENCODED>::new(&a_stats);
-    let mut b = Framed::<MAX_FRAME, MAX_ENCODED>::new(&b_stats);
+    let mut a = Framed::new(&a_stats);
+    let mut b = Framed::new(&b_stats);
     let mut empty = Script {
         msgs: Vec::new(),
         at: None,
@@ -253,7 +253,7 @@ fn one_hundred_thousand_distinct_keys_fill_the_table_and_memory_stays_flat() {
     let pair = Pair::<NoopRawMutex, 4096>::new();
     let ((_, mut peer_tx), (rx, tx)) = (pair.a(), pair.b());
     let stats = Stats::new();
-    let mut framed = Framed::<128, 128>::new(&stats);
+    let mut framed = Framed::<128, 128>::with_sizes(&stats);
 
     let rss_before = rss_kib();
     let allocs_before = allocs();

@@ -114,8 +114,8 @@ fn one_route(
     before();
     let (a_stats, b_stats) = (Stats::new(), Stats::new());
     let (mut a, mut b) = (
-        Framed::<64, 256>::new(&a_stats),
-        Framed::<64, 256>::new(&b_stats),
+        Framed::<64, 256>::with_sizes(&a_stats),
+        Framed::<64, 256>::with_sizes(&b_stats),
     );
     let wire = Wire::new();
     let ((a_rx, a_tx), (b_rx, b_tx)) = (wire.a(), wire.b());
@@ -345,8 +345,8 @@ fn ring_values_survive_connections_closed_mid_frame_exactly_once_in_order() {
     let (a_stats, b_stats) = (Stats::new(), Stats::new());
     // A transmit buffer of 40 bytes: batches of a few frames, so closes
     // land in every position of a batch.
-    let mut a = Framed::<64, 40>::new(&a_stats);
-    let mut b = Framed::<64, 256>::new(&b_stats);
+    let mut a = Framed::<64, 40>::with_sizes(&a_stats);
+    let mut b = Framed::<64, 256>::with_sizes(&b_stats);
     let wire = Wire::new();
     let mut next = [0u32; ROUTES];
     let mut written = 0u32;
@@ -433,8 +433,8 @@ fn a_peer_that_keeps_the_fragment_drops_it_and_gets_the_frame_again() {
     let (mut routes, mut dispatch, mut nothing, mut none) = wiring(out, inn);
     let mut reader = inn.subscribe().unwrap();
     let (a_stats, b_stats) = (Stats::new(), Stats::new());
-    let mut a = Framed::<64, 256>::new(&a_stats);
-    let mut b = Framed::<64, 256>::new(&b_stats);
+    let mut a = Framed::<64, 256>::with_sizes(&a_stats);
+    let mut b = Framed::<64, 256>::with_sizes(&b_stats);
     for v in 1..=5 {
         out.write(v);
     }
@@ -514,8 +514,8 @@ fn while_disconnected_ring_reports_exact_lag_and_latest_and_mailbox_coalesce() {
         cmd_in.subscribe().unwrap(),
     );
     let (a_stats, b_stats) = (Stats::new(), Stats::new());
-    let mut a = Framed::<64, 256>::new(&a_stats);
-    let mut b = Framed::<64, 256>::new(&b_stats);
+    let mut a = Framed::<64, 256>::with_sizes(&a_stats);
+    let mut b = Framed::<64, 256>::with_sizes(&b_stats);
     let wire = Wire::new();
 
     let drain = |r: &mut aimdb_core::record::Reader<'static, Cs, Ring<u32, 64>, 1>| {

@@ -75,7 +75,7 @@ fn bad_frames_are_counted_skipped_and_the_next_good_frame_lands() {
     let pair = Pair::<NoopRawMutex, 4096>::new();
     let ((_, mut peer_tx), (rx, tx)) = (pair.a(), pair.b());
     let stats = Stats::new();
-    let mut framed = Framed::<64, 128>::new(&stats);
+    let mut framed = Framed::<64, 128>::with_sizes(&stats);
 
     let mut wire = Vec::new();
     let frame = |wire: &mut Vec<u8>, t: &str, p: &[u8]| {
@@ -150,7 +150,7 @@ fn closed_transport_ends_the_run_and_latest_is_replayed_after_reconnect() {
 
     let pair = Pair::<NoopRawMutex, 256>::new();
     let stats = Stats::new();
-    let mut framed = Framed::<64, 128>::new(&stats);
+    let mut framed = Framed::<64, 128>::with_sizes(&stats);
 
     STATUS.write(5);
     block_on(async {

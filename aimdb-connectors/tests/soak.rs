@@ -164,7 +164,7 @@ fn device(gateway: u16) -> (u64, u32) {
     let mut routes = routes_over::<_, W, ROUTES>(&READY, &mut payload, &mut topic, &mut links);
     let mut nothing = Dispatch::<1, 1>::builder().build().unwrap();
     let stats = Stats::new();
-    let mut framed = Framed::<64, 512>::new(&stats);
+    let mut framed = Framed::<64, 512>::with_sizes(&stats);
 
     runtime().block_on(async {
         let produce = async {
@@ -261,7 +261,7 @@ fn gateway(listener: std::net::TcpListener, broker: u16) -> u32 {
         .build()
         .unwrap();
     let stats = Stats::new();
-    let mut framed = Framed::<64, 64>::new(&stats);
+    let mut framed = Framed::<64, 64>::with_sizes(&stats);
     let (mut rx, mut tx) = (vec![0u8; 2048], vec![0u8; 16 * 1024]);
     let connect = Gated {
         inner: tcp(broker),

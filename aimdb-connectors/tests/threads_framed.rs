@@ -212,7 +212,7 @@ async fn side_a(
 ) -> (outbound::Stats, Option<Error>) {
     // Side A receives nothing.
     let mut inbound = Dispatch::<1, 1>::builder().build().expect("empty dispatch");
-    let mut framed = Framed::<64, 512>::new(stats);
+    let mut framed = Framed::<64, 512>::with_sizes(stats);
     let (rx, tx) = tokio_io::tcp(stream);
     let ended = match select(framed.run(rx, tx, &mut inbound, &mut routes), stop).await {
         Either::First(e) => Some(e),
@@ -235,7 +235,7 @@ async fn side_b(
     let mut outbound = Routes::<_, 1, 1>::builder(ready, scratch(0), scratch(0))
         .build()
         .expect("empty routes");
-    let mut framed = Framed::<64, 64>::new(stats);
+    let mut framed = Framed::<64, 64>::with_sizes(stats);
     let (rx, tx) = tokio_io::tcp(stream);
     let e = framed.run(rx, tx, &mut inbound, &mut outbound).await;
     (e, inbound.stats().delivered)

@@ -186,7 +186,7 @@ fn check_framed(garbage: &[u8], payload: &[u8]) {
     pair.a_to_b().close();
 
     let stats = Stats::new();
-    let mut framed = Framed::<RX, 64>::new(&stats);
+    let mut framed = Framed::<RX, 64>::with_sizes(&stats);
     let end = aimdb_fuzz::poll_bounded(framed.run(rx, tx, &mut dispatch, &mut routes), 10_000);
     assert_eq!(end, Some(Error::Closed));
 

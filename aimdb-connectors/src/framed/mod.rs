@@ -201,11 +201,15 @@ const READ_CHUNK: usize = 64;
 /// The framed-stream connector's state: a receive decoder of `RX` bytes and
 /// a transmit buffer of `TX` bytes, kept across reconnects.
 ///
+/// [`Framed::new`] has the default sizes ([`MAX_FRAME`], [`MAX_ENCODED`]);
+/// [`Framed::with_sizes`] picks others (a device with little RAM):
+///
 /// ```
 /// use aimdb_connectors::framed::{Framed, Stats};
 /// static STATS: Stats = Stats::new();
-/// let framed = Framed::<256, 300>::new(&STATS);
-/// # let _ = framed;
+/// let host = Framed::new(&STATS);
+/// let device = Framed::<256, 300>::with_sizes(&STATS);
+/// # let _ = (host, device);
 /// ```
 pub struct Framed<'s, const RX: usize = MAX_FRAME, const TX: usize = MAX_ENCODED> {
     decoder: Decoder<RX>,
@@ -230,9 +234,19 @@ struct Outbox {
     resync: bool,
 }
 
-impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
-    /// A connector counting into `stats`.
+impl<'s> Framed<'s> {
+    /// A connector with the default sizes, counting into `stats`. (Defined
+    /// on the default sizes only, so `Framed::new(&stats)` needs no type
+    /// annotation: const-generic defaults do not apply in expressions.)
     pub const fn new(stats: &'s Stats) -> Self {
+        Self::with_sizes(stats)
+    }
+}
+
+impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
+    /// A connector with an `RX`-byte receive decoder and a `TX`-byte
+    /// transmit buffer, counting into `stats`.
+    pub const fn with_sizes(stats: &'s Stats) -> Self {
         Self {
             decoder: Decoder::new(),
             tx: [0; TX],

@@ -148,7 +148,7 @@ impl Side {
             .collect();
         let mut dispatch = dispatch_over::<512, 4>(&self.in_topics, &in_links);
 
-        let mut framed = Framed::<256, 512>::new(stats);
+        let mut framed = Framed::<256, 512>::with_sizes(stats);
         let run = framed.run(rx, tx, &mut dispatch, &mut routes);
         // `until` is polled first: when both ends finish together, the peer
         // hanging up must not be mistaken for a transport failure.

@@ -153,11 +153,27 @@ impl ConfigErrors<'_> {
     pub const KEPT: usize = 16;
 }
 
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidFilter(e) => write!(f, "invalid filter: {e}"),
+            Self::Duplicate => f.write_str("the same filter is already linked to the same target"),
+            Self::KeyLevelOutOfRange => f.write_str("key level past the filter's last level"),
+            Self::KeyLevelNotWildcard => f.write_str("key level is not a `+` level"),
+            Self::TooManyRoutes => f.write_str("more routes than the table's N"),
+            Self::TooManyNodes => {
+                f.write_str("the pattern filters need more trie nodes than the table's NODES")
+            }
+        }
+    }
+}
+impl core::error::Error for ConfigError {}
+
 impl fmt::Display for ConfigErrors<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} inbound configuration error(s)", self.total)?;
         for i in &self.issues {
-            write!(f, "; link {} `{}`: {:?}", i.index, i.filter, i.error)?;
+            write!(f, "; link {} `{}`: {}", i.index, i.filter, i.error)?;
         }
         Ok(())
     }
@@ -231,6 +247,39 @@ where
     table: Dispatch<'a, N, NODES, D>,
     calls: usize,
     errors: ConfigErrors<'a>,
+}
+
+/// An upper bound on the trie nodes a [`Dispatch`] needs for `filters`: its
+/// `NODES` parameter. One for the root, plus one per level of each filter
+/// with a wildcard (exact filters need none); filters sharing a prefix
+/// need fewer. `const`, so the table can be sized from its own filters:
+///
+/// ```
+/// use aimdb_core::inbound::{nodes_for, Dispatch};
+/// const FILTERS: [&str; 3] = ["sensors/+/temp", "cmd/#", "dev/7/led"];
+/// let b = Dispatch::<3, { nodes_for(&FILTERS) }>::builder();
+/// # let _ = b;
+/// ```
+pub const fn nodes_for(filters: &[&str]) -> usize {
+    let mut nodes = 1;
+    let mut k = 0;
+    while k < filters.len() {
+        let b = filters[k].as_bytes();
+        let (mut levels, mut wild, mut i) = (1, false, 0);
+        while i < b.len() {
+            match b[i] {
+                b'/' => levels += 1,
+                b'+' | b'#' => wild = true,
+                _ => {}
+            }
+            i += 1;
+        }
+        if wild {
+            nodes += levels;
+        }
+        k += 1;
+    }
+    nodes
 }
 
 /// Maps a 32-bit hash onto `0..n` without a division.

@@ -528,3 +528,44 @@ fn next_filter_enumerates_each_filter_once_in_order() {
     assert_eq!(got, ["dev/a", "dev/+", "logs/#"]);
     assert_eq!(got, d.filters().collect::<Vec<_>>());
 }
+
+#[test]
+fn configuration_errors_display_their_reasons() {
+    let a: Rec<u32> = Record::new("a");
+    let la = Link::new(&a, Postcard);
+    let mut bld = LocalDispatch::<1, 2>::builder();
+    bld.link("bad/#/filter", &la)
+        .link("x/y", &la)
+        .link("z", &la);
+    let e = bld.build().unwrap_err();
+    let text = std::format!("{e}");
+    // The bad filter takes no slot: the third link is the one too many.
+    assert!(
+        text.starts_with("2 inbound configuration error(s)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("link 0 `bad/#/filter`: invalid filter"),
+        "{text}"
+    );
+    assert!(text.contains("more routes than the table's N"), "{text}");
+    assert!(!text.contains("InvalidFilter"), "no Debug names: {text}");
+}
+
+#[test]
+fn nodes_for_sizes_a_table_that_builds_and_one_less_does_not() {
+    const FILTERS: [&str; 3] = ["a/+/b", "c/#", "exact/topic"];
+    const NODES: usize = nodes_for(&FILTERS);
+    assert_eq!(NODES, 1 + 3 + 2, "the root, three levels, two levels");
+    let a: Rec<u32> = Record::new("a");
+    let la = Link::new(&a, Postcard);
+    let mut ok = LocalDispatch::<3, NODES>::builder();
+    let mut short = LocalDispatch::<3, { NODES - 1 }>::builder();
+    for f in FILTERS {
+        ok.link(f, &la);
+        short.link(f, &la);
+    }
+    assert!(ok.build().is_ok());
+    let e = short.build().unwrap_err();
+    assert_eq!(e.issues[0].error, ConfigError::TooManyNodes);
+}

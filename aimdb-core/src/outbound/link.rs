@@ -27,12 +27,33 @@ impl<T> TopicSpec<T> for &str {
     }
 }
 
-/// A topic written per value, e.g. `sensors/{id}/temp`:
-/// `Written(|v: &Reading, w| write!(w, "sensors/{}/temp", v.id))`.
+/// A topic written per value, e.g. `sensors/{id}/temp`. Build it with
+/// [`Written::new`], which lets a closure infer its writer argument:
+///
+/// ```
+/// use core::fmt::Write as _;
+/// use aimdb_core::outbound::Written;
+/// struct Reading { id: u8 }
+/// let topic = Written::new(|v: &Reading, w| write!(w, "sensors/{}/temp", v.id));
+/// # let _ = topic;
+/// ```
+///
 /// The result must be a valid topic name of at most the topic scratch's
 /// length; a longer one is an error, never a truncation.
 #[derive(Debug, Clone, Copy)]
 pub struct Written<F>(pub F);
+
+impl<F> Written<F> {
+    /// Wraps `f`. The bound here is what lets `|v: &T, w| …` compile
+    /// without naming `w: &mut TopicWriter<'_>`: a closure passed straight
+    /// to `Written(…)` gets no expected signature and cannot infer it.
+    pub const fn new<T>(f: F) -> Self
+    where
+        F: Fn(&T, &mut TopicWriter<'_>) -> fmt::Result,
+    {
+        Self(f)
+    }
+}
 
 impl<T, F: Fn(&T, &mut TopicWriter<'_>) -> fmt::Result> TopicSpec<T> for Written<F> {
     fn fixed(&self) -> Option<&str> {

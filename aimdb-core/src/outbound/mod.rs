@@ -134,16 +134,42 @@ pub struct ConfigErrors {
     pub total: usize,
 }
 
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidTopic(e) => write!(f, "invalid topic: {e}"),
+            Self::TooManyRoutes => {
+                f.write_str("more routes than the table's N or its bitmap's 32 * W")
+            }
+        }
+    }
+}
+impl core::error::Error for ConfigError {}
+
 impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} outbound configuration error(s)", self.total)?;
         for i in &self.issues {
-            write!(f, "; link {}: {:?}", i.index, i.error)?;
+            write!(f, "; link {}: {}", i.index, i.error)?;
         }
         Ok(())
     }
 }
 impl core::error::Error for ConfigErrors {}
+
+/// The readiness words (`W` of [`Routes`] and [`Readiness`]) for `routes`
+/// routes: one bit per route, 32 per word.
+///
+/// ```
+/// use aimdb_core::outbound::words;
+/// use aimdb_core::sync::Readiness;
+/// const ROUTES: usize = 40;
+/// static READY: Readiness<{ words(ROUTES) }> = Readiness::new();
+/// assert_eq!(words(ROUTES), 2);
+/// ```
+pub const fn words(routes: usize) -> usize {
+    routes.div_ceil(32)
+}
 
 /// Outbound routes for up to `N` routes over a `Readiness<W>` reached
 /// through handle `H` (`&'static Readiness<W>` or `Arc<Readiness<W>>`).

@@ -80,6 +80,13 @@ pub struct Latest<T> {
     seq: u32,
 }
 
+impl<T> Latest<T> {
+    /// The current value, if any (no reader involved).
+    pub(crate) fn current(&self) -> Option<&T> {
+        self.value.as_ref()
+    }
+}
+
 impl<T: Clone> Buffer for Latest<T> {
     type Item = T;
     const KIND: Kind = Kind::Latest;

@@ -303,6 +303,15 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
     }
 }
 
+impl<M: RawMutex, T: Clone, const R: usize> Record<M, Latest<T>, R> {
+    /// The current value of a `Latest` record, without a reader: no slot
+    /// is used and no reader's "seen" state changes (as `watch`'s
+    /// `borrow` in tokio or embassy).
+    pub fn latest(&self) -> Option<T> {
+        self.state.lock(|s| s.borrow().buf.current().cloned())
+    }
+}
+
 impl<M: RawMutex, B: Buffer, const R: usize> fmt::Debug for Record<M, B, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Record")

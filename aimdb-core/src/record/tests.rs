@@ -216,3 +216,16 @@ fn ring_never_counts_replaced_its_readers_see_lagged() {
     assert_eq!(rec.replaced(), 0);
     assert_eq!(r.try_recv(), Err(TryRecvError::Lagged(3)));
 }
+
+#[test]
+fn latest_value_is_readable_without_a_reader() {
+    let rec: Record<NoopRawMutex, Latest<u32>, 1> = Record::new("state");
+    assert_eq!(rec.latest(), None);
+    rec.write(4);
+    assert_eq!(rec.latest(), Some(4));
+    // No slot taken: the one reader slot is still free, and a reader still
+    // sees the value as new.
+    let mut r = rec.subscribe().unwrap();
+    assert_eq!(r.try_recv(), Ok(4));
+    assert_eq!(rec.latest(), Some(4), "reading does not consume it");
+}

@@ -86,7 +86,7 @@ pub async fn connector<R: Read, W: Write>(rx: R, tx: W) -> framed::Error {
     let (Ok(mut routes), Ok(mut dispatch)) = (routes, dispatch) else {
         return framed::Error::Closed;
     };
-    let mut framed = Framed::<RX_FRAME, TX_BUF>::new(&LINK);
+    let mut framed = Framed::<RX_FRAME, TX_BUF>::with_sizes(&LINK);
     framed.run(rx, tx, &mut dispatch, &mut routes).await
 }
 

@@ -121,7 +121,7 @@ pub async fn device(link: DeviceLink, readers: DeviceReaders) {
     let mut b = Routes::<_, 1, 1>::builder(&DEVICE_READY, &mut payload, &mut topic);
     b.link(&mut cmd);
     let mut routes = b.build().expect("device outbound table");
-    let mut framed = Framed::<{ framed::MAX_FRAME }, { framed::MAX_ENCODED }>::new(&DEVICE_LINK);
+    let mut framed = Framed::new(&DEVICE_LINK);
     loop {
         let stream = match link.open().await {
             Ok(s) => s,

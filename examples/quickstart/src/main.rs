@@ -72,11 +72,7 @@ async fn device(
     mut rx: mpsc::Receiver<Frame>,
     (temps, status): (Temps, StatusReader),
 ) {
-    let mut temps = outbound::Link::new(
-        temps,
-        Written(reading_topic as fn(&Reading, &mut TopicWriter<'_>) -> std::fmt::Result),
-        Postcard,
-    );
+    let mut temps = outbound::Link::new(temps, Written::new(reading_topic), Postcard);
     let mut status = outbound::Link::new(status, "status/dev7", Postcard);
     let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
     let mut b = Routes::<_, 1, 4>::builder(&DEVICE_READY, &mut payload, &mut topic);

@@ -79,7 +79,7 @@ async fn main(_spawner: Spawner) {
         let Ok(dispatch) = b.build() else { fail() };
         dispatch
     };
-    let mut framed = Framed::<64, 128>::new(&STATS);
+    let mut framed = Framed::<64, 128>::with_sizes(&STATS);
     loop {
         framed
             .run(&mut rx, &mut tx, &mut dispatch, &mut routes)
