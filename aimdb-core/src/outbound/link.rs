@@ -181,8 +181,10 @@ impl fmt::Display for RouteError {
 impl core::error::Error for RouteError {}
 
 /// One outbound route, type-erased so one table holds routes of different
-/// record types. Implemented by [`Link`].
-pub trait Route {
+/// record types. Implemented by [`Link`] only: the trait is sealed (its
+/// methods write into the table's private buffers), and is public so a
+/// table's route type can be named (`dyn Route + Send`).
+pub trait Route: sealed::Sealed {
     /// The record's name.
     fn name(&self) -> &'static str;
     /// The fixed topic, if the topic is static.
@@ -205,6 +207,13 @@ pub trait Route {
         false
     }
 }
+
+mod sealed {
+    /// Implemented for [`super::Link`] only.
+    pub trait Sealed {}
+}
+
+impl<S, Tp, E, K> sealed::Sealed for Link<S, Tp, E, K> {}
 
 /// An outbound link: source `S` (a [`crate::record::Reader`]), topic `Tp`
 /// (`&str` or [`Written`]), encoder `E` of kind `K` ([`Borrowed`] or

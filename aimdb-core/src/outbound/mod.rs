@@ -62,10 +62,11 @@ use core::task::{Context, Poll};
 
 #[cfg(feature = "alloc")]
 pub use link::Owned;
-pub use link::{
-    Borrowed, EncodeKind, Link, Out, Payload, Produced, Route, RouteError, TopicSpec, TopicWriter,
-    Written,
-};
+pub use link::{Borrowed, Link, Route, RouteError, TopicSpec, TopicWriter, Written};
+// What a route produces into is the table's business: reachable (and
+// nameable) only inside the crate, so `Route` cannot be implemented
+// outside it (it is sealed, see `Route`).
+pub(crate) use link::{Out, Payload, Produced};
 
 use crate::connector::MessageSource;
 use crate::sync::{Pending, Readiness, ReadinessHandle};
