@@ -1,5 +1,5 @@
 //! The outbound parking protocol under real threads: what
-//! `tests/loom_outbound.rs` checks exhaustively for two or three threads
+//! the loom model (`src/sync/loom_model.rs`) checks exhaustively for two or three threads
 //! and a few preemptions, here with four writer threads and tens of
 //! thousands of hand-overs.
 //!

@@ -19,7 +19,7 @@
 //! park) and a `PARKED` flag set in the bitmap's summary word by the same
 //! compare-and-swap that finds no route ready, so a write that races with
 //! the park is never lost (checked by the loom model in
-//! `tests/loom_outbound.rs`).
+//! `sync/loom_model.rs`).
 //!
 //! Encode and topic failures skip that one value, are counted per route and
 //! in [`Stats`], and never stall other routes.
@@ -52,7 +52,7 @@
 
 mod link;
 // Outside a loom model the loom atomics of `Readiness` panic: the model
-// of this module is `tests/loom_outbound.rs`.
+// of this module is `sync/loom_model.rs`.
 #[cfg(all(test, not(aimdb_loom)))]
 mod tests;
 

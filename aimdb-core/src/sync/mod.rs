@@ -33,7 +33,11 @@ mod readiness;
 pub(crate) use ascii::ascii_str;
 #[cfg(feature = "std")]
 pub use host_mutex::HostRawMutex;
-pub use readiness::{Pending, Readiness, ReadinessHandle};
+pub(crate) use readiness::Pending;
+pub use readiness::{Readiness, ReadinessHandle};
+
+#[cfg(all(test, aimdb_loom))]
+mod loom_model;
 
 /// Declares a constructor that is `const fn` normally and a plain `fn` under
 /// `--cfg aimdb_loom`, whose atomics cannot be built in a constant.

@@ -1,19 +1,22 @@
 //! Loom model of the outbound wake-up path: a writer thread and the
 //! transport's `next()`, across all interleavings (bounded by
 //! `LOOM_MAX_PREEMPTIONS`). Run with `make loom`:
-//! `RUSTFLAGS="--cfg aimdb_loom" cargo test -p aimdb-core --test loom_outbound --release`.
+//! `RUSTFLAGS="--cfg aimdb_loom" cargo test -p aimdb-core --features std --lib --release sync::loom_model`.
+//! It lives in the crate (not in `tests/`) so it can reach the
+//! crate-private `Pending`.
 //!
 //! What fails if the protocol is wrong: a lost wake-up leaves `block_on`
 //! parked forever, which loom reports as a deadlock; a duplicate delivery
 //! or a reordering fails the assertions.
-#![cfg(aimdb_loom)]
 
+use std::boxed::Box;
 use std::sync::Arc;
+use std::vec::Vec;
 
-use aimdb_core::codec::{Decode, Postcard};
-use aimdb_core::outbound::{Link, Routes};
-use aimdb_core::record::{Latest, Record, Ring};
-use aimdb_core::sync::Readiness;
+use crate::codec::{Decode, Postcard};
+use crate::outbound::{Link, Routes};
+use crate::record::{Latest, Record, Ring};
+use crate::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 
 fn leak<T>(v: T) -> &'static T {
@@ -130,7 +133,7 @@ fn two_routes_two_writers() {
 /// reported by loom's `UnsafeCell`.
 #[test]
 fn parked_two_markers_waker_replaced() {
-    use aimdb_core::sync::{Pending, ReadinessHandle};
+    use crate::sync::{Pending, ReadinessHandle};
     use std::future::poll_fn;
     use std::task::Poll;
 
@@ -184,7 +187,7 @@ fn parked_two_markers_waker_replaced() {
 /// exactly once.
 #[test]
 fn transport_parks_for_real_after_racing_marks() {
-    use aimdb_core::sync::{Pending, ReadinessHandle};
+    use crate::sync::{Pending, ReadinessHandle};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::{Wake, Waker};
 
