@@ -41,6 +41,23 @@ impl fmt::Display for KeyError {
 }
 impl core::error::Error for KeyError {}
 
+/// A keyed write failed: why, and the value, handed back (as `heapless`
+/// does when a collection is full).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyWriteError<T> {
+    /// Why.
+    pub error: KeyError,
+    /// The value that was not written.
+    pub value: T,
+}
+
+impl<T> fmt::Display for KeyWriteError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "keyed write refused: {}", self.error)
+    }
+}
+impl<T: fmt::Debug> core::error::Error for KeyWriteError<T> {}
+
 type Key = heapless::String<KEY_MAX_LEN>;
 
 fn check_key(key: &str) -> Result<(), KeyError> {
@@ -146,14 +163,22 @@ impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> Keyed<M, B, K, R> {
         Ok(&self.slots[i])
     }
 
-    /// Writes `value` to `key`'s slot, claiming it if new.
-    pub fn write(&self, key: &str, value: B::Item) -> Result<(), KeyError> {
-        self.claim(key)?.write(value);
-        Ok(())
+    /// Writes `value` to `key`'s slot, claiming it if new. When the table
+    /// is full (or the key invalid) the value comes back in the error.
+    pub fn write(&self, key: &str, value: B::Item) -> Result<(), KeyWriteError<B::Item>> {
+        match self.claim(key) {
+            Ok(slot) => {
+                slot.write(value);
+                Ok(())
+            }
+            Err(error) => Err(KeyWriteError { error, value }),
+        }
     }
 
-    /// Calls `f` with each claimed key and its slot, in claim order.
-    pub fn for_each(&self, mut f: impl FnMut(&str, &Record<M, B, R>)) {
+    /// Calls `f` with each claimed key and its slot, in claim order. The
+    /// slot reference lives as long as the table (for a `static` table,
+    /// for ever), so it may be kept past the call.
+    pub fn for_each<'t>(&'t self, mut f: impl FnMut(&str, &'t Record<M, B, R>)) {
         let len = self.len();
         for i in 0..len {
             let key = self.table.lock(|t| t.borrow().keys[i].clone());
@@ -192,7 +217,7 @@ impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> KeyedSink<B::Item>
         self.name
     }
     fn write_key(&self, key: &str, value: B::Item) -> Result<(), KeyError> {
-        self.write(key, value)
+        self.write(key, value).map_err(|e| e.error)
     }
     fn kind(&self) -> super::Kind {
         B::KIND
@@ -264,11 +289,29 @@ mod growable {
             })
         }
 
-        /// Writes `value` to `key`'s slot, claiming it if new.
-        pub fn write(&self, key: &str, value: B::Item) -> Result<(), KeyError> {
+        /// The claimed keys and their slots, in claim order: `Arc` clones,
+        /// a snapshot (no lock held while the caller uses it; one
+        /// allocation for the returned `Vec`).
+        pub fn slots(&self) -> Vec<Arc<KeySlot<M, B, R>>> {
+            self.index.lock(|i| i.borrow().clone())
+        }
+
+        /// Writes `value` to `key`'s slot, claiming it if new; an invalid
+        /// key hands the value back in the error.
+        pub fn write(&self, key: &str, value: B::Item) -> Result<(), KeyWriteError<B::Item>> {
+            match self.slot_for(key) {
+                Ok(slot) => {
+                    slot.record.write(value);
+                    Ok(())
+                }
+                Err(error) => Err(KeyWriteError { error, value }),
+            }
+        }
+
+        fn slot_for(&self, key: &str) -> Result<Arc<KeySlot<M, B, R>>, KeyError> {
             check_key(key)?;
             let h = fnv1a(key.as_bytes());
-            let slot = self.index.lock(|i| {
+            self.index.lock(|i| {
                 let mut i = i.borrow_mut();
                 if let Some(s) = i.iter().find(|s| s.hash == h && s.key == key) {
                     return Ok(Arc::clone(s));
@@ -282,9 +325,7 @@ mod growable {
                 });
                 i.push(Arc::clone(&s));
                 Ok(s)
-            })?;
-            slot.record.write(value);
-            Ok(())
+            })
         }
     }
 
@@ -293,7 +334,7 @@ mod growable {
             self.name
         }
         fn write_key(&self, key: &str, value: B::Item) -> Result<(), KeyError> {
-            self.write(key, value)
+            self.write(key, value).map_err(|e| e.error)
         }
         fn kind(&self) -> crate::record::Kind {
             B::KIND

@@ -39,7 +39,7 @@ use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
 
 pub use buffer::{Buffer, Kind, Latest, Mailbox, Ring, Take};
-pub use keyed::{KeyError, Keyed, KeyedSink, KEY_MAX_LEN};
+pub use keyed::{KeyError, KeyWriteError, Keyed, KeyedSink, KEY_MAX_LEN};
 #[cfg(feature = "alloc")]
 pub use keyed::{KeySlot, KeyedVec};
 pub use reader::{Reader, Recv, Source};

@@ -229,3 +229,39 @@ fn latest_value_is_readable_without_a_reader() {
     assert_eq!(r.try_recv(), Ok(4));
     assert_eq!(rec.latest(), Some(4), "reading does not consume it");
 }
+
+#[test]
+fn keyed_write_hands_the_value_back_when_full_and_for_each_refs_outlive_the_call() {
+    static TABLE: Keyed<CriticalSectionRawMutex, Latest<u32>, 2, 1> = Keyed::new("fleet");
+    TABLE.write("a", 1).unwrap();
+    TABLE.write("b", 2).unwrap();
+    let e = TABLE.write("c", 3).unwrap_err();
+    assert_eq!(
+        (e.error, e.value),
+        (KeyError::Full, 3),
+        "the value comes back"
+    );
+    let e = TABLE.write("", 4).unwrap_err();
+    assert_eq!((e.error, e.value), (KeyError::Empty, 4));
+    // Slot references taken in `for_each` live as long as the table.
+    let mut slots = Vec::new();
+    TABLE.for_each(|_, r| slots.push(r));
+    assert_eq!(slots.len(), 2);
+    assert_eq!(slots[1].writes(), 1);
+}
+
+#[cfg(feature = "alloc")]
+#[test]
+fn keyed_vec_lists_its_keys_in_claim_order() {
+    let t: KeyedVec<NoopRawMutex, Latest<u32>, 1> = KeyedVec::with_capacity("fleet", 4);
+    t.write("dev2", 1).unwrap();
+    t.write("dev1", 2).unwrap();
+    t.write("dev2", 3).unwrap();
+    let keys: Vec<_> = t
+        .slots()
+        .iter()
+        .map(|s| std::string::String::from(s.key()))
+        .collect();
+    assert_eq!(keys, ["dev2", "dev1"]);
+    assert_eq!(t.write("", 5).unwrap_err().value, 5);
+}
