@@ -115,6 +115,9 @@ pub enum ConfigError {
     InvalidTopic(TopicError),
     /// More routes than `N` or than the bitmap's `32 * W`.
     TooManyRoutes,
+    /// Another table is built on the same `Readiness` and not dropped yet
+    /// (one consumer per bitmap); `index` is the number of links.
+    ReadinessInUse,
 }
 
 /// One configuration mistake: which link (declaration order) and why.
@@ -141,6 +144,9 @@ impl fmt::Display for ConfigError {
             Self::InvalidTopic(e) => write!(f, "invalid topic: {e}"),
             Self::TooManyRoutes => {
                 f.write_str("more routes than the table's N or its bitmap's 32 * W")
+            }
+            Self::ReadinessInUse => {
+                f.write_str("another table consumes this Readiness (one consumer per bitmap)")
             }
         }
     }
@@ -197,6 +203,19 @@ pub struct Routes<
     owned: alloc::vec::Vec<u8>,
     current: Option<(usize, Produced)>,
     stats: Stats,
+    /// This table holds its bitmap's consumer claim (released on drop).
+    claimed: bool,
+}
+
+impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize, D> Drop for Routes<'a, H, W, N, D>
+where
+    D: Route + ?Sized + 'a,
+{
+    fn drop(&mut self) {
+        if self.claimed {
+            self.ready.readiness().release();
+        }
+    }
 }
 
 /// [`Routes`] over routes that need not be `Send` (records over
@@ -241,6 +260,7 @@ where
                 owned: alloc::vec::Vec::new(),
                 current: None,
                 stats: Stats::default(),
+                claimed: false,
             },
             calls: 0,
             errors: ConfigErrors {
@@ -453,6 +473,20 @@ where
             return Err(self.errors);
         }
         let mut r = self.routes;
+        // One consumer per bitmap: a second table pulling from the same
+        // `Readiness` would steal its bits and could miss wake-ups.
+        if !r.ready.readiness().claim() {
+            let mut errors = ConfigErrors {
+                issues: heapless::Vec::new(),
+                total: 1,
+            };
+            let _ = errors.issues.push(ConfigIssue {
+                index: self.calls,
+                error: ConfigError::ReadinessInUse,
+            });
+            return Err(errors);
+        }
+        r.claimed = true;
         r.mark_all();
         Ok(r)
     }

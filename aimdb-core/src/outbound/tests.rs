@@ -475,3 +475,27 @@ fn latest_routes_are_retained_streams_and_commands_are_not() {
     .collect();
     assert_eq!(seen, want);
 }
+
+#[test]
+fn one_table_per_readiness_until_it_is_dropped() {
+    let rec: &'static Record<Cs, Latest<u16>, 2> = leak(Record::new("temp"));
+    let ready: &'static Readiness<1> = leak(Readiness::new());
+    let mut a = Link::new(rec.subscribe().unwrap(), "a", Postcard);
+    let mut b = Link::new(rec.subscribe().unwrap(), "b", Postcard);
+    let (mut p1, mut t1) = ([0u8; 8], [0u8; 0]);
+    let (mut p2, mut t2) = ([0u8; 8], [0u8; 0]);
+    let mut first = Routes::<_, 1, 1>::builder(ready, &mut p1, &mut t1);
+    first.link(&mut a);
+    let first = first.build().unwrap();
+    let mut second = Routes::<_, 1, 1>::builder(ready, &mut p2, &mut t2);
+    second.link(&mut b);
+    let e = second.build().unwrap_err();
+    assert_eq!(e.issues[0].error, ConfigError::ReadinessInUse);
+    assert!(std::format!("{e}").contains("one consumer per bitmap"));
+    drop(first);
+    // Dropped: the bitmap is free again (a connector rebuilding its table
+    // per connection, as the device app does).
+    let mut again = Routes::<_, 1, 1>::builder(ready, &mut p2, &mut t2);
+    again.link(&mut b);
+    assert!(again.build().is_ok());
+}

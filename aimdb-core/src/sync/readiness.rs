@@ -90,6 +90,10 @@ pub struct Readiness<const W: usize> {
     /// address of its tag: the tag gives the route index, and index plus
     /// field offset give back the struct. Two bytes of RAM per route.
     tags: [[u16; 32]; W],
+    /// 1 while a [`Routes`](crate::outbound::Routes) table consumes this
+    /// bitmap: one consumer per bitmap (a second `Pending` on it could
+    /// miss wake-ups), enforced when the table is built.
+    consumer: AtomicU32,
 }
 
 // SAFETY: `words`, `summary`, `episode`, `done` are atomics and `tags` is
@@ -136,8 +140,21 @@ impl<const W: usize> Readiness<W> {
                 done: AtomicU32::new(0),
                 waker: UnsafeCell::new(None),
                 tags,
+                consumer: AtomicU32::new(0),
             }
         }
+    }
+
+    /// Claims the bitmap for one consumer; `false` if a table holds it.
+    pub(crate) fn claim(&self) -> bool {
+        self.consumer
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Gives the bitmap back (the consuming table is dropped).
+    pub(crate) fn release(&self) {
+        self.consumer.store(0, Ordering::Release);
     }
 
     #[cfg(not(aimdb_loom))]
