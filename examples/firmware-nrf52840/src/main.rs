@@ -12,7 +12,6 @@
 #![no_std]
 #![no_main]
 
-use device_app as app;
 use embassy_executor::Spawner;
 use embassy_nrf::buffered_uarte::{self, BufferedUarte};
 use embassy_nrf::{bind_interrupts, peripherals, uarte};
@@ -46,10 +45,10 @@ async fn main(spawner: Spawner) {
     );
     let (rx, tx) = uart.split();
 
-    if let Ok(t) = app::control_task() {
+    if let Ok(t) = device_app::control_task() {
         spawner.spawn(t);
     }
-    if let Ok(t) = app::sensor_task() {
+    if let Ok(t) = device_app::sensor_task() {
         spawner.spawn(t);
     }
     run(spawner, rx, tx).await;
@@ -68,7 +67,7 @@ async fn run(
     mut tx: buffered_uarte::BufferedUarteTx<'_>,
 ) {
     loop {
-        let _ = app::connector(&mut rx, &mut tx).await;
+        let _ = device_app::connector(&mut rx, &mut tx).await;
     }
 }
 
@@ -79,9 +78,14 @@ async fn run(
     rx: buffered_uarte::BufferedUarteRx<'_>,
     tx: buffered_uarte::BufferedUarteTx<'_>,
 ) {
-    if let Ok(t) = app::link_stats_task() {
+    if let Ok(t) = device_app::link_stats_task() {
         spawner.spawn(t);
     }
-    let (mut rx_buf, mut tx_buf) = ([0u8; app::MQTT_RX], [0u8; app::MQTT_TX]);
-    let _ = app::mqtt_connector(app::SerialConnect::new(rx, tx), &mut rx_buf, &mut tx_buf).await;
+    let (mut rx_buf, mut tx_buf) = ([0u8; device_app::MQTT_RX], [0u8; device_app::MQTT_TX]);
+    let _ = device_app::mqtt_connector(
+        device_app::SerialConnect::new(rx, tx),
+        &mut rx_buf,
+        &mut tx_buf,
+    )
+    .await;
 }

@@ -12,8 +12,6 @@
 //! No heap: no allocator is linked.
 #![no_std]
 
-/// The device application, shared with the nRF52840 firmware.
-pub use device_app as app;
 pub mod time;
 pub mod uart;
 

@@ -24,8 +24,8 @@
 //! The MQTT rows run `Mqtt::run` (the device's connector) over an
 //! in-memory stream whose other end this binary plays as the broker.
 //!
-//! The record rows use the demo device's own records (`app::READINGS`,
-//! `app::STATUS`, `app::CMD`); the routing rows mirror b2's host fixtures
+//! The record rows use the demo device's own records (`device_app::READINGS`,
+//! `device_app::STATUS`, `device_app::CMD`); the routing rows mirror b2's host fixtures
 //! (8 routes over `Latest<u32>`, the same topics), so the two can be read
 //! side by side. The transport's waker is a no-op waker: the parked row
 //! counts the readiness hand-over, not an executor's enqueue.
@@ -56,7 +56,6 @@ use device_protocol::{Command, Reading, Status};
 use embassy_executor::Executor;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use embedded_io_async::{Read, Write};
-use firmware_qemu::app;
 
 /// Uncounted operations before the measured batches.
 const WARMUP: usize = 64;
@@ -76,7 +75,8 @@ static OUT_RECS: [Rec; 8] = [const { Record::new("b3/out") }; 8];
 static WRITTEN_REC: Rec = Record::new("b3/written");
 static KEYED: [KeyTable; 8] = [const { Keyed::new("b3/fleet") }; 8];
 /// The demo's `Ring`, with room for four readers (the upstream figure).
-static RING4: Record<Cs, Ring<Reading, { app::READINGS_DEPTH }>, 4> = Record::new("b3/ring4");
+static RING4: Record<Cs, Ring<Reading, { device_app::READINGS_DEPTH }>, 4> =
+    Record::new("b3/ring4");
 static READY_STATIC: Readiness<1> = Readiness::new();
 /// The MQTT rows: the connector on one end of an in-memory stream, this
 /// binary playing the broker on the other.
@@ -281,11 +281,11 @@ async fn mqtt_task() {
 
 /// The record paths alone: one write and the read that sees it.
 fn records() {
-    let Ok(mut status) = app::STATUS.subscribe() else {
+    let Ok(mut status) = device_app::STATUS.subscribe() else {
         fail("status reader")
     };
     row("latest_write_read", |i| {
-        app::STATUS.write(Status {
+        device_app::STATUS.write(Status {
             led: i & 1 == 1,
             interval_ms: 100,
             commands: value(i),
@@ -298,11 +298,11 @@ fn records() {
     });
     drop(status);
 
-    let Ok(mut readings) = app::READINGS.subscribe() else {
+    let Ok(mut readings) = device_app::READINGS.subscribe() else {
         fail("ring reader")
     };
     row("ring_write_read", |i| {
-        app::READINGS.write(Reading {
+        device_app::READINGS.write(Reading {
             seq: value(i),
             centi_celsius: 2100,
         });
@@ -313,11 +313,11 @@ fn records() {
     });
     drop(readings);
 
-    let Ok(mut cmds) = app::CMD.subscribe() else {
+    let Ok(mut cmds) = device_app::CMD.subscribe() else {
         fail("mailbox reader")
     };
     row("mailbox_write_take", |i| {
-        app::CMD.write(Command::Ping(value(i)));
+        device_app::CMD.write(Command::Ping(value(i)));
         let Ok(c) = cmds.try_recv() else {
             fail("mailbox value")
         };
@@ -547,7 +547,7 @@ fn mqtt_rows(waker: &Waker) {
     c.publish_qos = RouteQos::All(QoS::AtMostOnce);
     c.subscribe_qos = QoS::AtMostOnce;
     let (mut rx, mut tx) = ([0u8; 256], [0u8; 512]);
-    let connect = app::SerialConnect::new(client_rx, client_tx);
+    let connect = device_app::SerialConnect::new(client_rx, client_tx);
     let delay = embassy_time::Delay;
     let Ok(mut m) = Mqtt::new(c, &mut rx, &mut tx, connect, delay, &MQTT_COUNTERS) else {
         fail("mqtt config")

@@ -12,7 +12,7 @@
 
 use cortex_m_semihosting::hprintln;
 use embassy_executor::Spawner;
-use firmware_qemu::{app, time, uart};
+use firmware_qemu::{time, uart};
 
 #[embassy_executor::main]
 async fn main(spawner: Spawner) {
@@ -24,14 +24,14 @@ async fn main(spawner: Spawner) {
         fail("UART0 taken")
     };
     hprintln!("device-mqtt: up, MQTT connector on UART0");
-    spawner.spawn(app::control_task().unwrap_or_else(|_| fail("control task")));
-    spawner.spawn(app::sensor_task().unwrap_or_else(|_| fail("sensor task")));
-    spawner.spawn(app::link_stats_task().unwrap_or_else(|_| fail("link task")));
+    spawner.spawn(device_app::control_task().unwrap_or_else(|_| fail("control task")));
+    spawner.spawn(device_app::sensor_task().unwrap_or_else(|_| fail("sensor task")));
+    spawner.spawn(device_app::link_stats_task().unwrap_or_else(|_| fail("link task")));
     // The session buffers live in this task's state: static RAM (the
     // executor's task pool), counted in the footprint.
-    let (mut rx_buf, mut tx_buf) = ([0u8; app::MQTT_RX], [0u8; app::MQTT_TX]);
-    let connect = app::SerialConnect::new(rx, tx);
-    let why = app::mqtt_connector(connect, &mut rx_buf, &mut tx_buf).await;
+    let (mut rx_buf, mut tx_buf) = ([0u8; device_app::MQTT_RX], [0u8; device_app::MQTT_TX]);
+    let connect = device_app::SerialConnect::new(rx, tx);
+    let why = device_app::mqtt_connector(connect, &mut rx_buf, &mut tx_buf).await;
     hprintln!("device-mqtt: connector stopped: {}", why);
     fail("connector stopped")
 }

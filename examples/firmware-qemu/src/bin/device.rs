@@ -6,7 +6,7 @@
 
 use cortex_m_semihosting::hprintln;
 use embassy_executor::Spawner;
-use firmware_qemu::{app, time, uart};
+use firmware_qemu::{time, uart};
 
 #[embassy_executor::main]
 async fn main(spawner: Spawner) {
@@ -18,12 +18,12 @@ async fn main(spawner: Spawner) {
         fail("UART0 taken")
     };
     hprintln!("device: up, framed connector on UART0");
-    spawner.spawn(app::control_task().unwrap_or_else(|_| fail("control task")));
-    spawner.spawn(app::sensor_task().unwrap_or_else(|_| fail("sensor task")));
+    spawner.spawn(device_app::control_task().unwrap_or_else(|_| fail("control task")));
+    spawner.spawn(device_app::sensor_task().unwrap_or_else(|_| fail("sensor task")));
     loop {
         // A UART never closes; should the connector end anyway, start over
         // (which re-sends the status).
-        let e = app::connector(&mut rx, &mut tx).await;
+        let e = device_app::connector(&mut rx, &mut tx).await;
         hprintln!("device: link ended: {}", e);
     }
 }

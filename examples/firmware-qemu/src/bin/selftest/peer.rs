@@ -1,6 +1,6 @@
 //! `device_app`: the demo device against a scripted peer.
 //!
-//! The device's tasks (`app::sensor`, `app::control`, `app::connector`) run
+//! The device's tasks (`device_app::sensor`, `device_app::control`, `device_app::connector`) run
 //! exactly as on UART0, but the connector's byte stream is one end of an
 //! in-memory pipe; this check plays the gateway on the other end with the
 //! connectors' own frame encoder and decoder.
@@ -13,7 +13,6 @@ use embassy_executor::Spawner;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use embassy_time::{with_timeout, Duration};
 use embedded_io_async::{Read, Write};
-use firmware_qemu::app;
 
 static PIPE: Pair<Cs, 256> = Pair::new();
 /// Readings the peer checks for order and exactly-once delivery.
@@ -22,7 +21,7 @@ const READINGS: u32 = 20;
 #[embassy_executor::task]
 async fn connector() {
     let (rx, tx) = PIPE.b();
-    let e = app::connector(rx, tx).await;
+    let e = device_app::connector(rx, tx).await;
     hprintln!("  device connector ended: {}", e);
 }
 
@@ -131,7 +130,11 @@ pub async fn device_app(spawner: Spawner) -> bool {
         len: 0,
         next_seq: 0,
     };
-    let (Ok(c), Ok(s), Ok(k)) = (app::control_task(), app::sensor_task(), connector()) else {
+    let (Ok(c), Ok(s), Ok(k)) = (
+        device_app::control_task(),
+        device_app::sensor_task(),
+        connector(),
+    ) else {
         return false;
     };
     spawner.spawn(c);
@@ -186,7 +189,7 @@ pub async fn device_app(spawner: Spawner) -> bool {
             false
         }
     };
-    let s = app::LINK.snapshot();
+    let s = device_app::LINK.snapshot();
     hprintln!(
         "  device link: {} frames in, {} out, {} dropped in",
         s.frames_in,
