@@ -2,8 +2,9 @@
 //!
 //! A connector owns one transport and runs **one** future that drives both
 //! directions: frames read from the transport go to an
-//! [`InboundDispatch`](aimdb_core::InboundDispatch); messages pulled from
-//! [`OutboundRoutes`](aimdb_core::OutboundRoutes) are written to it. No task
+//! [`inbound::Dispatch`](aimdb_core::inbound::Dispatch); messages pulled
+//! from [`outbound::Routes`](aimdb_core::outbound::Routes) are written to
+//! it. No task
 //! per route, no allocation per message.
 #![no_std]
 #![warn(missing_docs)]

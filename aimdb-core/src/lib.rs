@@ -107,6 +107,3 @@ pub mod outbound;
 pub mod record;
 pub mod sync;
 pub mod topic;
-
-pub use inbound::Dispatch as InboundDispatch;
-pub use outbound::Routes as OutboundRoutes;
