@@ -46,11 +46,18 @@
 //! the cell.
 
 use core::fmt;
-use core::mem::offset_of;
-use core::task::{RawWaker, RawWakerVTable, Waker};
+use core::task::Waker;
 
 use super::atomic::{spin_loop, AtomicU32, Ordering, UnsafeCell};
 use super::loom_const_fn;
+
+mod bits;
+#[cfg(all(test, not(aimdb_loom)))]
+mod tests;
+mod waker;
+
+use bits::Bits;
+pub use waker::ReadinessHandle;
 
 /// The transport is parked; the waker cell holds its waker.
 const PARKED: u32 = 1 << 31;
@@ -307,95 +314,6 @@ impl<const W: usize> Readiness<W> {
     pub fn wake_transport(&self) {
         self.signal(0);
     }
-
-    fn tag_ptr(this: *const Self, i: usize) -> *const () {
-        // Pointer arithmetic only; derived from a pointer to the whole struct
-        // so the result keeps provenance over all of it.
-        this.cast::<u8>()
-            .wrapping_add(offset_of!(Self, tags) + 2 * i)
-            .cast()
-    }
-
-    /// # Safety
-    ///
-    /// `data` must come from [`Self::tag_ptr`] on a `Readiness<W>` that is
-    /// still alive.
-    unsafe fn from_tag<'a>(data: *const ()) -> (&'a Self, usize) {
-        // SAFETY: per the contract `data` points at a tag inside a live
-        // `Readiness<W>`; tags are plain `u16`s never written after `new`.
-        let i = unsafe { *data.cast::<u16>() } as usize;
-        // SAFETY: `tag_ptr` added exactly `offset + 2 * i` bytes to the
-        // struct's address, derived from a pointer to the whole struct, so
-        // subtracting them gives back that address with full provenance.
-        let this = unsafe {
-            &*data
-                .cast::<u8>()
-                .sub(offset_of!(Self, tags) + 2 * i)
-                .cast::<Self>()
-        };
-        (this, i)
-    }
-
-    const STATIC_VTABLE: RawWakerVTable = RawWakerVTable::new(
-        Self::static_clone,
-        Self::static_wake,
-        Self::static_wake,
-        Self::static_drop,
-    );
-
-    unsafe fn static_clone(data: *const ()) -> RawWaker {
-        RawWaker::new(data, &Self::STATIC_VTABLE)
-    }
-    unsafe fn static_wake(data: *const ()) {
-        // SAFETY: static-vtable wakers are only built by the
-        // `&'static Readiness` handle, so the struct is alive forever.
-        let (this, i) = unsafe { Self::from_tag(data) };
-        this.mark(i);
-    }
-    unsafe fn static_drop(_: *const ()) {}
-}
-
-#[cfg(feature = "alloc")]
-impl<const W: usize> Readiness<W> {
-    const ARC_VTABLE: RawWakerVTable = RawWakerVTable::new(
-        Self::arc_clone,
-        Self::arc_wake,
-        Self::arc_wake_by_ref,
-        Self::arc_drop,
-    );
-
-    /// # Safety
-    ///
-    /// `data` must come from an Arc-vtable waker, which owns one strong
-    /// count of the `Arc<Readiness<W>>`.
-    unsafe fn arc_ptr(data: *const ()) -> *const Self {
-        // SAFETY: forwarded contract; the owned strong count keeps it alive.
-        let (this, _) = unsafe { Self::from_tag(data) };
-        this
-    }
-    unsafe fn arc_clone(data: *const ()) -> RawWaker {
-        // SAFETY: the waker being cloned owns a strong count, so the Arc is
-        // alive; the clone takes a count of its own, released in `arc_drop`.
-        unsafe { alloc::sync::Arc::increment_strong_count(Self::arc_ptr(data)) };
-        RawWaker::new(data, &Self::ARC_VTABLE)
-    }
-    unsafe fn arc_wake(data: *const ()) {
-        // SAFETY: `wake` consumes the waker: mark, then release its count.
-        unsafe {
-            Self::arc_wake_by_ref(data);
-            Self::arc_drop(data);
-        }
-    }
-    unsafe fn arc_wake_by_ref(data: *const ()) {
-        // SAFETY: the waker owns a strong count, so the struct is alive.
-        let (this, i) = unsafe { Self::from_tag(data) };
-        this.mark(i);
-    }
-    unsafe fn arc_drop(data: *const ()) {
-        // SAFETY: releases the one strong count this waker owned, taken by
-        // `ReadinessHandle::route_waker` or `arc_clone`.
-        unsafe { alloc::sync::Arc::decrement_strong_count(Self::arc_ptr(data)) };
-    }
 }
 
 impl<const W: usize> Default for Readiness<W> {
@@ -413,58 +331,13 @@ impl<const W: usize> fmt::Debug for Readiness<W> {
     }
 }
 
-/// How the outbound routes reach their [`Readiness`]: a handle that keeps it
-/// alive for as long as any route waker exists.
-pub trait ReadinessHandle<const W: usize> {
-    /// The bitmap.
-    fn readiness(&self) -> &Readiness<W>;
-    /// A waker that marks route `i` ready. Allocates nothing.
-    fn route_waker(&self, i: usize) -> Waker;
-}
-
-impl<const W: usize> ReadinessHandle<W> for &'static Readiness<W> {
-    fn readiness(&self) -> &Readiness<W> {
-        self
-    }
-    fn route_waker(&self, i: usize) -> Waker {
-        let data = Readiness::<W>::tag_ptr(*self, i.min(Readiness::<W>::CAPACITY - 1));
-        // SAFETY: the vtable functions uphold the RawWaker contract: clone
-        // copies the pointer, wake/wake_by_ref only perform atomic
-        // operations, drop does nothing. The data pointer is valid for as
-        // long as any clone exists because the struct is `'static`, and the
-        // struct is `Sync`, so wakers may travel to any thread.
-        unsafe { Waker::from_raw(RawWaker::new(data, &Readiness::<W>::STATIC_VTABLE)) }
-    }
-}
-
-#[cfg(feature = "alloc")]
-impl<const W: usize> ReadinessHandle<W> for alloc::sync::Arc<Readiness<W>> {
-    fn readiness(&self) -> &Readiness<W> {
-        self
-    }
-    fn route_waker(&self, i: usize) -> Waker {
-        let ptr = alloc::sync::Arc::as_ptr(self);
-        let data = Readiness::<W>::tag_ptr(ptr, i.min(Readiness::<W>::CAPACITY - 1));
-        // SAFETY: this waker owns one strong count (taken here, released by
-        // its drop or wake), so the struct outlives it and every clone (each
-        // clone takes its own count). The vtable functions only do atomic
-        // operations on a `Sync` struct.
-        unsafe {
-            alloc::sync::Arc::increment_strong_count(ptr);
-            Waker::from_raw(RawWaker::new(data, &Readiness::<W>::ARC_VTABLE))
-        }
-    }
-}
-
 /// The transport task's private copy of taken readiness bits, with a
 /// rotating cursor for round-robin service, and the waker it last stored
 /// in the [`Readiness`]. Not shared, not atomic.
 #[derive(Clone)]
 pub struct Pending<const W: usize> {
-    bits: [u32; W],
-    /// Bit `g`: some word of group `g` may be non-zero.
-    summary: u32,
-    cursor: usize,
+    /// Routes taken from the bitmap and not served yet.
+    bits: Bits<W>,
     /// A clone of the waker this transport stored in the readiness cell:
     /// comparing against it tells whether the cell needs rewriting without
     /// touching the cell.
@@ -480,9 +353,7 @@ impl<const W: usize> Pending<W> {
     /// Nothing pending, cursor at route 0.
     pub const fn new() -> Self {
         Self {
-            bits: [0; W],
-            summary: 0,
-            cursor: 0,
+            bits: Bits::new(),
             waker: None,
             direct_due: false,
         }
@@ -528,8 +399,7 @@ impl<const W: usize> Pending<W> {
                 }
                 let taken = ready.words[w].swap(0, Ordering::AcqRel);
                 if taken != 0 {
-                    self.bits[w] |= taken;
-                    self.summary |= 1 << g;
+                    self.bits.or_word(w, taken);
                     any = true;
                 }
             }
@@ -633,78 +503,22 @@ impl<const W: usize> Pending<W> {
     }
 
     /// Marks route `i` pending (it may have more to deliver).
+    #[inline]
     pub fn set(&mut self, i: usize) {
-        let w = i / 32;
-        if w < W {
-            self.bits[w] |= 1 << (i % 32);
-            self.summary |= 1 << (w / Self::GROUP);
-        }
+        self.bits.set(i);
     }
 
     /// Whether nothing is pending (the unit tests check it).
     #[cfg(all(test, not(aimdb_loom)))]
     pub fn is_empty(&self) -> bool {
-        self.summary == 0
+        self.bits.is_empty()
     }
 
     /// Takes the next pending route at or after the cursor (wrapping), and
     /// moves the cursor past it.
+    #[inline]
     pub fn pop(&mut self) -> Option<usize> {
-        if self.summary == 0 {
-            return None;
-        }
-        let i = match self.find_from(self.cursor) {
-            Some(i) => i,
-            None => self.find_from(0)?,
-        };
-        let w = i / 32;
-        self.bits[w] &= !(1 << (i % 32));
-        if self.bits[w] == 0 {
-            let g = w / Self::GROUP;
-            let end = ((g + 1) * Self::GROUP).min(W);
-            if self.bits[g * Self::GROUP..end].iter().all(|&b| b == 0) {
-                self.summary &= !(1 << g);
-            }
-        }
-        self.cursor = if i + 1 >= 32 * W { 0 } else { i + 1 };
-        Some(i)
-    }
-
-    fn find_from(&self, start: usize) -> Option<usize> {
-        let w0 = start / 32;
-        if w0 >= W {
-            return None;
-        }
-        let first = self.bits[w0] & (!0u32 << (start % 32));
-        if first != 0 {
-            return Some(w0 * 32 + first.trailing_zeros() as usize);
-        }
-        let g0 = w0 / Self::GROUP;
-        // The rest of the cursor's group, unless the group is empty.
-        if self.summary & (1 << g0) != 0 {
-            let group_end = ((g0 + 1) * Self::GROUP).min(W);
-            for w in w0 + 1..group_end {
-                if self.bits[w] != 0 {
-                    return Some(w * 32 + self.bits[w].trailing_zeros() as usize);
-                }
-            }
-        }
-        let mut groups = if g0 >= 31 {
-            0
-        } else {
-            self.summary & (!0u32 << (g0 + 1))
-        };
-        while groups != 0 {
-            let g = groups.trailing_zeros() as usize;
-            groups &= groups - 1;
-            let end = ((g + 1) * Self::GROUP).min(W);
-            for w in g * Self::GROUP..end {
-                if self.bits[w] != 0 {
-                    return Some(w * 32 + self.bits[w].trailing_zeros() as usize);
-                }
-            }
-        }
-        None
+        self.bits.pop()
     }
 }
 
@@ -717,120 +531,7 @@ impl<const W: usize> Default for Pending<W> {
 impl<const W: usize> fmt::Debug for Pending<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pending")
-            .field("summary", &self.summary)
-            .field("cursor", &self.cursor)
+            .field("bits", &self.bits)
             .finish_non_exhaustive()
-    }
-}
-
-#[cfg(all(test, not(aimdb_loom)))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pop_round_robin_from_cursor() {
-        let mut p = Pending::<4>::new();
-        for i in [3, 40, 100, 127] {
-            p.set(i);
-        }
-        assert_eq!(p.pop(), Some(3));
-        p.set(3);
-        assert_eq!(p.pop(), Some(40));
-        assert_eq!(p.pop(), Some(100));
-        assert_eq!(p.pop(), Some(127));
-        assert_eq!(p.pop(), Some(3), "wraps to the start");
-        assert_eq!(p.pop(), None);
-        assert!(p.is_empty());
-    }
-
-    #[test]
-    fn grouped_summary_at_4096_routes() {
-        let mut p = Pending::<128>::new();
-        let r: &'static Readiness<128> =
-            std::boxed::Box::leak(std::boxed::Box::new(Readiness::new()));
-        for i in [0usize, 127, 128, 2000, 4095] {
-            r.route_waker(i).wake();
-        }
-        assert!(p.absorb(r));
-        assert!(!p.absorb(r), "bits were taken");
-        let got: std::vec::Vec<_> = core::iter::from_fn(|| p.pop()).collect();
-        assert_eq!(got, [0, 127, 128, 2000, 4095]);
-    }
-
-    #[cfg(feature = "alloc")]
-    #[test]
-    fn route_waker_marks_and_wakes_transport() {
-        use std::sync::atomic::{AtomicUsize, Ordering as O};
-        use std::sync::Arc;
-        struct Count(AtomicUsize);
-        impl std::task::Wake for Count {
-            fn wake(self: Arc<Self>) {
-                self.0.fetch_add(1, O::SeqCst);
-            }
-        }
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let transport = Waker::from(count.clone());
-        let r = Arc::new(Readiness::<2>::new());
-        let mut p = Pending::<2>::new();
-        assert!(p.park(&r, &transport));
-        let w = r.route_waker(33);
-        let w2 = w.clone();
-        w.wake();
-        w2.wake_by_ref();
-        assert_eq!(count.0.load(O::SeqCst), 1, "second mark finds the bit set");
-        drop(w2);
-        assert_eq!(Arc::strong_count(&r), 1, "wakers released their counts");
-        assert!(p.absorb(&r));
-        assert_eq!(p.pop(), Some(33));
-    }
-
-    #[cfg(feature = "alloc")]
-    #[test]
-    fn park_stores_a_waker_once_and_wakes_the_latest() {
-        use std::sync::atomic::{AtomicUsize, Ordering as O};
-        use std::sync::Arc;
-        struct Count(AtomicUsize);
-        impl std::task::Wake for Count {
-            fn wake(self: Arc<Self>) {
-                self.0.fetch_add(1, O::SeqCst);
-            }
-        }
-        let (ca, cb) = (
-            Arc::new(Count(AtomicUsize::new(0))),
-            Arc::new(Count(AtomicUsize::new(0))),
-        );
-        let (a, b) = (Waker::from(ca.clone()), Waker::from(cb.clone()));
-        let r = Arc::new(Readiness::<128>::new());
-        let mut p = Pending::<128>::new();
-        assert!(p.park(&r, &a));
-        // `ca`, `a`, the cell's clone and the one `Pending` keeps.
-        assert_eq!(Arc::strong_count(&ca), 4);
-        assert!(p.park(&r, &a), "a spurious re-poll stays parked");
-        r.mark(4095);
-        r.mark(4094);
-        assert_eq!(ca.0.load(O::SeqCst), 1, "one wake per park");
-        assert!(!p.park(&r, &a), "a route is ready: do not park");
-        assert!(p.absorb(&r));
-        assert_eq!([p.pop(), p.pop(), p.pop()], [Some(4094), Some(4095), None]);
-        assert!(p.park(&r, &a));
-        assert_eq!(Arc::strong_count(&ca), 4, "same waker: no new clone");
-        r.mark(7);
-        assert_eq!(ca.0.load(O::SeqCst), 2);
-        assert!(p.absorb(&r));
-        assert_eq!(p.pop(), Some(7));
-        // The task's waker changed: the cell is rewritten, the old clone
-        // dropped.
-        assert!(p.park(&r, &b));
-        assert_eq!(Arc::strong_count(&ca), 2);
-        r.wake_transport();
-        assert_eq!(cb.0.load(O::SeqCst), 1);
-        assert!(!r.maybe_ready());
-        r.mark(0);
-        assert_eq!(
-            (ca.0.load(O::SeqCst), cb.0.load(O::SeqCst)),
-            (2, 1),
-            "not parked"
-        );
-        assert!(!p.park(&r, &b));
     }
 }

@@ -1,0 +1,119 @@
+//! The transport's plain (not shared, not atomic) set of taken routes:
+//! the same two levels as the bitmap, and a rotating cursor for
+//! round-robin service.
+
+use core::fmt;
+
+use super::Readiness;
+
+/// Routes taken from a [`Readiness`] and not served yet.
+#[derive(Clone)]
+pub(super) struct Bits<const W: usize> {
+    bits: [u32; W],
+    /// Bit `g`: some word of group `g` may be non-zero.
+    summary: u32,
+    cursor: usize,
+}
+
+impl<const W: usize> Bits<W> {
+    const GROUP: usize = Readiness::<W>::GROUP;
+
+    pub(super) const fn new() -> Self {
+        Self {
+            bits: [0; W],
+            summary: 0,
+            cursor: 0,
+        }
+    }
+
+    /// Adds the non-zero word `taken` to word `w`.
+    #[inline]
+    pub(super) fn or_word(&mut self, w: usize, taken: u32) {
+        self.bits[w] |= taken;
+        self.summary |= 1 << (w / Self::GROUP);
+    }
+
+    /// Marks route `i` pending (it may have more to deliver).
+    pub(super) fn set(&mut self, i: usize) {
+        let w = i / 32;
+        if w < W {
+            self.bits[w] |= 1 << (i % 32);
+            self.summary |= 1 << (w / Self::GROUP);
+        }
+    }
+
+    /// Whether nothing is pending (the unit tests check it).
+    #[cfg(all(test, not(aimdb_loom)))]
+    pub(super) fn is_empty(&self) -> bool {
+        self.summary == 0
+    }
+
+    /// Takes the next pending route at or after the cursor (wrapping), and
+    /// moves the cursor past it.
+    pub(super) fn pop(&mut self) -> Option<usize> {
+        if self.summary == 0 {
+            return None;
+        }
+        let i = match self.find_from(self.cursor) {
+            Some(i) => i,
+            None => self.find_from(0)?,
+        };
+        let w = i / 32;
+        self.bits[w] &= !(1 << (i % 32));
+        if self.bits[w] == 0 {
+            let g = w / Self::GROUP;
+            let end = ((g + 1) * Self::GROUP).min(W);
+            if self.bits[g * Self::GROUP..end].iter().all(|&b| b == 0) {
+                self.summary &= !(1 << g);
+            }
+        }
+        self.cursor = if i + 1 >= 32 * W { 0 } else { i + 1 };
+        Some(i)
+    }
+
+    fn find_from(&self, start: usize) -> Option<usize> {
+        let w0 = start / 32;
+        if w0 >= W {
+            return None;
+        }
+        let first = self.bits[w0] & (!0u32 << (start % 32));
+        if first != 0 {
+            return Some(w0 * 32 + first.trailing_zeros() as usize);
+        }
+        let g0 = w0 / Self::GROUP;
+        // The rest of the cursor's group, unless the group is empty.
+        if self.summary & (1 << g0) != 0 {
+            let group_end = ((g0 + 1) * Self::GROUP).min(W);
+            for w in w0 + 1..group_end {
+                if self.bits[w] != 0 {
+                    return Some(w * 32 + self.bits[w].trailing_zeros() as usize);
+                }
+            }
+        }
+        let mut groups = if g0 >= 31 {
+            0
+        } else {
+            self.summary & (!0u32 << (g0 + 1))
+        };
+        while groups != 0 {
+            let g = groups.trailing_zeros() as usize;
+            groups &= groups - 1;
+            let end = ((g + 1) * Self::GROUP).min(W);
+            for w in g * Self::GROUP..end {
+                if self.bits[w] != 0 {
+                    return Some(w * 32 + self.bits[w].trailing_zeros() as usize);
+                }
+            }
+        }
+        None
+    }
+}
+
+impl<const W: usize> fmt::Debug for Bits<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bits")
+            .field("summary", &self.summary)
+            .field("cursor", &self.cursor)
+            .finish_non_exhaustive()
+    }
+}
