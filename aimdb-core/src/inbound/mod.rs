@@ -43,6 +43,8 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod build;
+mod error;
 mod link;
 mod stats;
 #[cfg(test)]
@@ -50,135 +52,13 @@ mod tests;
 
 use core::fmt;
 
+pub use build::{nodes_for, Builder};
+pub use error::{ConfigError, ConfigErrors, ConfigIssue, DispatchError};
 pub use link::{KeyedLink, Link, Target, DEFAULT_MAX_PAYLOAD};
 pub use stats::{SharedStats, Stats};
 
-use crate::codec::DecodeError;
 use crate::connector::FrameSink;
-use crate::topic::{fnv1a, topic_hash, Filter, Topic, TopicError, MAX_LEVELS};
-
-/// Why a frame was rejected. Each variant has its own counter in [`Stats`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum DispatchError {
-    /// No route matches the topic.
-    UnknownTopic,
-    /// The topic bytes are not UTF-8.
-    TopicNotUtf8,
-    /// The topic is empty or contains NUL.
-    InvalidTopic,
-    /// The published topic contains `+` or `#`.
-    WildcardInTopic,
-    /// The topic is longer than `MAX_TOPIC_LEN` or deeper than `MAX_LEVELS`.
-    TopicTooLong,
-    /// The payload did not decode as the record's type.
-    MalformedPayload(DecodeError),
-    /// The payload is over the link's limit.
-    PayloadTooLarge,
-    /// A new key found its keyed table full.
-    KeyTableFull,
-    /// The key level is empty or longer than `KEY_MAX_LEN`.
-    KeyInvalid,
-}
-
-impl DispatchError {
-    /// The reason in a few words, without the decoder's detail (for logs
-    /// that take only static strings, such as `defmt`'s).
-    pub const fn as_str(&self) -> &'static str {
-        match self {
-            Self::UnknownTopic => "no inbound route for topic",
-            Self::TopicNotUtf8 => "topic is not UTF-8",
-            Self::InvalidTopic => "invalid topic",
-            Self::WildcardInTopic => "wildcard in published topic",
-            Self::TopicTooLong => "topic too long",
-            Self::MalformedPayload(_) => "malformed payload",
-            Self::PayloadTooLarge => "payload over the route's limit",
-            Self::KeyTableFull => "key table full",
-            Self::KeyInvalid => "invalid key",
-        }
-    }
-}
-
-impl fmt::Display for DispatchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::MalformedPayload(e) => write!(f, "malformed payload: {e}"),
-            e => f.write_str(e.as_str()),
-        }
-    }
-}
-impl core::error::Error for DispatchError {}
-
-/// A configuration mistake found while building.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// The filter is not a valid MQTT filter.
-    InvalidFilter(TopicError),
-    /// The same filter is already linked to the same target.
-    Duplicate,
-    /// A keyed route's key level is past the filter's last level.
-    KeyLevelOutOfRange,
-    /// A keyed route's key level is not a `+` level.
-    KeyLevelNotWildcard,
-    /// More than `N` routes.
-    TooManyRoutes,
-    /// The pattern filters need more than `NODES` trie nodes.
-    TooManyNodes,
-}
-
-/// One configuration mistake: which link (in declaration order) and why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConfigIssue<'a> {
-    /// Index of the `link` call, counting from 0.
-    pub index: usize,
-    /// The filter given.
-    pub filter: &'a str,
-    /// What is wrong.
-    pub error: ConfigError,
-}
-
-/// Every configuration mistake of a build (the first [`Self::KEPT`] in
-/// full, and the total count).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigErrors<'a> {
-    /// The first issues, in declaration order.
-    pub issues: heapless::Vec<ConfigIssue<'a>, 16>,
-    /// How many issues there were in all.
-    pub total: usize,
-}
-
-impl ConfigErrors<'_> {
-    /// Issues kept in full.
-    pub const KEPT: usize = 16;
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::InvalidFilter(e) => write!(f, "invalid filter: {e}"),
-            Self::Duplicate => f.write_str("the same filter is already linked to the same target"),
-            Self::KeyLevelOutOfRange => f.write_str("key level past the filter's last level"),
-            Self::KeyLevelNotWildcard => f.write_str("key level is not a `+` level"),
-            Self::TooManyRoutes => f.write_str("more routes than the table's N"),
-            Self::TooManyNodes => {
-                f.write_str("the pattern filters need more trie nodes than the table's NODES")
-            }
-        }
-    }
-}
-impl core::error::Error for ConfigError {}
-
-impl fmt::Display for ConfigErrors<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} inbound configuration error(s)", self.total)?;
-        for i in &self.issues {
-            write!(f, "; link {} `{}`: {}", i.index, i.filter, i.error)?;
-        }
-        Ok(())
-    }
-}
-impl core::error::Error for ConfigErrors<'_> {}
+use crate::topic::{fnv1a, Topic, TopicError, MAX_LEVELS};
 
 const NIL: u16 = u16::MAX;
 /// Exact-topic buckets per route slot (see [`Dispatch`]'s `exact`).
@@ -239,47 +119,11 @@ where
 pub type LocalDispatch<'a, const N: usize, const NODES: usize> =
     Dispatch<'a, N, NODES, dyn Target + 'a>;
 
-/// Declares the links of a [`Dispatch`]; see [`Dispatch::builder`].
-pub struct Builder<'a, const N: usize, const NODES: usize, D = dyn Target + Sync + 'a>
-where
-    D: Target + ?Sized + 'a,
-{
-    table: Dispatch<'a, N, NODES, D>,
-    calls: usize,
-    errors: ConfigErrors<'a>,
-}
-
-/// An upper bound on the trie nodes a [`Dispatch`] needs for `filters`: its
-/// `NODES` parameter. One for the root, plus one per level of each filter
-/// with a wildcard (exact filters need none); filters sharing a prefix
-/// need fewer. `const`, so the table can be sized from its own filters:
-///
-/// ```
-/// use aimdb_core::inbound::{nodes_for, Dispatch};
-/// const FILTERS: [&str; 3] = ["sensors/+/temp", "cmd/#", "dev/7/led"];
-/// let b = Dispatch::<3, { nodes_for(&FILTERS) }>::builder();
-/// # let _ = b;
-/// ```
-pub const fn nodes_for(filters: &[&str]) -> usize {
-    let mut nodes = 1;
-    let mut k = 0;
-    while k < filters.len() {
-        let b = filters[k].as_bytes();
-        let (mut levels, mut wild, mut i) = (1, false, 0);
-        while i < b.len() {
-            match b[i] {
-                b'/' => levels += 1,
-                b'+' | b'#' => wild = true,
-                _ => {}
-            }
-            i += 1;
-        }
-        if wild {
-            nodes += levels;
-        }
-        k += 1;
-    }
-    nodes
+/// A list of routes: an exact bucket, or the routes ending at a trie node.
+#[derive(Clone, Copy)]
+enum List {
+    Exact(usize),
+    Node(u16),
 }
 
 /// Maps a 32-bit hash onto `0..n` without a division.
@@ -301,35 +145,10 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'
         "Dispatch<N, NODES>: both must be in 1..65535"
     );
 
-    /// Starts declaring links.
-    #[allow(clippy::let_unit_value)]
-    pub fn builder() -> Builder<'a, N, NODES, D> {
-        let () = Self::CHECK;
-        let mut nodes = heapless::Vec::new();
-        // The root: the level before the first one.
-        let _ = nodes.push(Node {
-            level: "",
-            level_hash: 0,
-            parent: NIL,
-            next: NIL,
-            routes: NIL,
-            plus: NIL,
-            hash: NIL,
-        });
-        Builder {
-            table: Dispatch {
-                routes: heapless::Vec::new(),
-                exact: [[NIL; BUCKETS]; N],
-                nodes,
-                edges: [NIL; NODES],
-                stats: Stats::default(),
-                shared: None,
-            },
-            calls: 0,
-            errors: ConfigErrors {
-                issues: heapless::Vec::new(),
-                total: 0,
-            },
+    fn head(&self, l: List) -> u16 {
+        match l {
+            List::Exact(b) => self.exact[b / BUCKETS][b % BUCKETS],
+            List::Node(n) => self.nodes[n as usize].routes,
         }
     }
 
@@ -599,194 +418,6 @@ impl Outcome {
     }
 }
 
-impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Builder<'a, N, NODES, D> {
-    /// Links `filter` to `target`. A filter without wildcards is an exact
-    /// route; one with `+` or `#` is a pattern route.
-    pub fn link(&mut self, filter: &'a str, target: &'a D) -> &mut Self {
-        self.add(filter, target, None)
-    }
-
-    /// Links a keyed filter: level `key_level` (counting from 0) must be
-    /// `+`; its text in each topic is the key passed to `target`.
-    pub fn link_keyed(&mut self, filter: &'a str, key_level: usize, target: &'a D) -> &mut Self {
-        self.add(filter, target, Some(key_level))
-    }
-
-    /// Mirrors the table's [`Stats`] into `shared` on every dispatch, so
-    /// other tasks or threads can read them while a connector owns the
-    /// table.
-    pub fn shared_stats(&mut self, shared: &'a SharedStats) -> &mut Self {
-        self.table.shared = Some(shared);
-        self
-    }
-
-    /// Finishes: the table, or every configuration error at once.
-    // Built once at start-up and `no_std` has no `Box`: the large error
-    // (every issue, by value) is the point.
-    #[allow(clippy::result_large_err)]
-    pub fn build(self) -> Result<Dispatch<'a, N, NODES, D>, ConfigErrors<'a>> {
-        if self.errors.total == 0 {
-            Ok(self.table)
-        } else {
-            Err(self.errors)
-        }
-    }
-
-    fn add(&mut self, filter: &'a str, target: &'a D, key: Option<usize>) -> &mut Self {
-        let index = self.calls;
-        self.calls += 1;
-        if let Err(error) = self.try_add(filter, target, key) {
-            self.errors.total += 1;
-            let _ = self.errors.issues.push(ConfigIssue {
-                index,
-                filter,
-                error,
-            });
-        }
-        self
-    }
-
-    fn try_add(
-        &mut self,
-        filter: &'a str,
-        target: &'a D,
-        key: Option<usize>,
-    ) -> Result<(), ConfigError> {
-        let f = Filter::new(filter).map_err(ConfigError::InvalidFilter)?;
-        if let Some(k) = key {
-            match f.levels().nth(k) {
-                None => return Err(ConfigError::KeyLevelOutOfRange),
-                Some("+") => {}
-                Some(_) => return Err(ConfigError::KeyLevelNotWildcard),
-            }
-        }
-        if self.table.routes.is_full() {
-            return Err(ConfigError::TooManyRoutes);
-        }
-        let hash = topic_hash(filter.as_bytes());
-        let list = if f.has_wildcards() {
-            List::Node(self.node_for(f)?)
-        } else {
-            List::Exact(reduce(hash, BUCKETS * N))
-        };
-        let t = &mut self.table;
-        // Duplicate check and `first` flag over the routes already in this
-        // bucket or on this node; remember the tail to append after it, so
-        // delivery follows declaration order.
-        let mut first = true;
-        let mut tail = NIL;
-        let mut i = t.head(list);
-        while i != NIL {
-            let r = &t.routes[i as usize];
-            if r.filter == filter {
-                if same_target(r.target, target) {
-                    return Err(ConfigError::Duplicate);
-                }
-                first = false;
-            }
-            tail = i;
-            i = r.next;
-        }
-        let id = t.routes.len() as u16;
-        let route = Route {
-            filter,
-            target,
-            hash,
-            next: NIL,
-            key_level: key.map_or(NO_KEY, |k| k as u8),
-            first,
-        };
-        t.routes
-            .push(route)
-            .map_err(|_| ConfigError::TooManyRoutes)?;
-        if tail == NIL {
-            t.set_head(list, id);
-        } else {
-            t.routes[tail as usize].next = id;
-        }
-        Ok(())
-    }
-
-    /// The trie node where `f` ends, creating the missing nodes.
-    fn node_for(&mut self, f: Filter<'a>) -> Result<u16, ConfigError> {
-        let t = &mut self.table;
-        let mut id = 0u16;
-        for level in f.levels() {
-            let existing = match level {
-                "+" => t.nodes[id as usize].plus,
-                "#" => t.nodes[id as usize].hash,
-                _ => t.child(id, level),
-            };
-            id = if existing != NIL {
-                existing
-            } else {
-                t.new_node(id, level)?
-            };
-        }
-        Ok(id)
-    }
-}
-
-#[derive(Clone, Copy)]
-enum List {
-    Exact(usize),
-    Node(u16),
-}
-
-impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'a, N, NODES, D> {
-    fn head(&self, l: List) -> u16 {
-        match l {
-            List::Exact(b) => self.exact[b / BUCKETS][b % BUCKETS],
-            List::Node(n) => self.nodes[n as usize].routes,
-        }
-    }
-
-    fn set_head(&mut self, l: List, id: u16) {
-        match l {
-            List::Exact(b) => self.exact[b / BUCKETS][b % BUCKETS] = id,
-            List::Node(n) => self.nodes[n as usize].routes = id,
-        }
-    }
-
-    fn child(&self, parent: u16, level: &str) -> u16 {
-        let lh = fnv1a(level.as_bytes());
-        let mut c = self.edges[reduce(edge_hash(parent, lh), NODES)];
-        while c != NIL {
-            let n = &self.nodes[c as usize];
-            if n.parent == parent && n.level_hash == lh && n.level == level {
-                return c;
-            }
-            c = n.next;
-        }
-        NIL
-    }
-
-    fn new_node(&mut self, parent: u16, level: &'a str) -> Result<u16, ConfigError> {
-        let id = self.nodes.len() as u16;
-        let level_hash = fnv1a(level.as_bytes());
-        let bucket = reduce(edge_hash(parent, level_hash), NODES);
-        let literal = level != "+" && level != "#";
-        self.nodes
-            .push(Node {
-                level,
-                level_hash,
-                parent,
-                next: if literal { self.edges[bucket] } else { NIL },
-                routes: NIL,
-                plus: NIL,
-                hash: NIL,
-            })
-            .map_err(|_| ConfigError::TooManyNodes)?;
-        let p = &mut self.nodes[parent as usize];
-        match level {
-            "+" => p.plus = id,
-            "#" => p.hash = id,
-            _ => self.edges[bucket] = id,
-        }
-        Ok(id)
-    }
-}
-
 impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> fmt::Debug
     for Dispatch<'a, N, NODES, D>
 {
@@ -796,16 +427,5 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> fmt::Debug
             .field("nodes", &self.nodes.len())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
-    }
-}
-
-impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> fmt::Debug
-    for Builder<'a, N, NODES, D>
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Builder")
-            .field("table", &self.table)
-            .field("errors", &self.errors.total)
-            .finish()
     }
 }

@@ -5,7 +5,7 @@ use embassy_sync::blocking_mutex::raw::NoopRawMutex;
 use proptest::prelude::*;
 
 use super::*;
-use crate::codec::{Decode, Postcard};
+use crate::codec::{Decode, DecodeError, Postcard};
 use crate::record::{Keyed, Latest, Record, Ring, TryRecvError};
 
 type Rec<T> = Record<NoopRawMutex, Latest<T>, 1>;
