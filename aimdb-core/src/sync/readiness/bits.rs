@@ -26,14 +26,15 @@ impl<const W: usize> Bits<W> {
         }
     }
 
-    /// Adds the non-zero word `taken` to word `w`.
+    /// Adds the non-zero word `taken` to word `w`, of group `g`.
     #[inline]
-    pub(super) fn or_word(&mut self, w: usize, taken: u32) {
+    pub(super) fn or_word(&mut self, w: usize, g: usize, taken: u32) {
         self.bits[w] |= taken;
-        self.summary |= 1 << (w / Self::GROUP);
+        self.summary |= 1 << g;
     }
 
     /// Marks route `i` pending (it may have more to deliver).
+    #[inline]
     pub(super) fn set(&mut self, i: usize) {
         let w = i / 32;
         if w < W {
@@ -50,6 +51,7 @@ impl<const W: usize> Bits<W> {
 
     /// Takes the next pending route at or after the cursor (wrapping), and
     /// moves the cursor past it.
+    #[inline]
     pub(super) fn pop(&mut self) -> Option<usize> {
         if self.summary == 0 {
             return None;

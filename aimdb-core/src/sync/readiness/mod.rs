@@ -399,7 +399,7 @@ impl<const W: usize> Pending<W> {
                 }
                 let taken = ready.words[w].swap(0, Ordering::AcqRel);
                 if taken != 0 {
-                    self.bits.or_word(w, taken);
+                    self.bits.or_word(w, g, taken);
                     any = true;
                 }
             }
