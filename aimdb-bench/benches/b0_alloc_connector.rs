@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::rc::Rc;
 
 use aimdb_bench::fixtures::{self, leak, payload, Mx, Rec};
-use aimdb_connectors::framed::{Framed, Stats};
+use aimdb_connectors::framed::{Counters, Framed};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
@@ -306,7 +306,7 @@ async fn connector_rows(out: &mut Vec<Measured>) {
         let mut b = Dispatch::<'static, 4, 4>::builder();
         b.link(in_topic, leak(inbound::Link::new(in_rec, Postcard)));
         let mut dispatch = b.build().expect("config");
-        let framed = leak(Framed::<256, 512>::with_sizes(leak(Stats::new())));
+        let framed = leak(Framed::<256, 512>::with_sizes(leak(Counters::new())));
         local.spawn_local(async move {
             let (rx, tx) = end;
             let e = framed.run(rx, tx, &mut dispatch, &mut routes).await;

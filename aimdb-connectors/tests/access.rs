@@ -3,7 +3,7 @@
 //! published (an outbound link) cannot be written from the wire, whatever
 //! the peer or the broker sends.
 
-use aimdb_connectors::framed::{frame, Framed, Stats};
+use aimdb_connectors::framed::{self, frame, Framed};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
@@ -61,7 +61,7 @@ fn a_framed_peer_cannot_write_an_outbound_only_record() {
 
     let pair = Pair::<NoopRawMutex, 1024>::new();
     let ((_, mut peer_tx), (rx, tx)) = (pair.a(), pair.b());
-    let stats = Stats::new();
+    let stats = framed::Counters::new();
     let mut framed = Framed::<64, 128>::with_sizes(&stats);
     let attempts = [
         "dev/state",

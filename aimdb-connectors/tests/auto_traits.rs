@@ -4,7 +4,7 @@
 //! the multi-thread runtime; with `NoopRawMutex` records (local tables)
 //! they cannot. The futures are built and dropped, never polled.
 
-use aimdb_connectors::framed::{Framed, Stats};
+use aimdb_connectors::framed::{self, Framed};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
@@ -58,7 +58,7 @@ macro_rules! tables {
 #[test]
 fn framed_run_is_send_with_thread_safe_records() {
     let pair: &'static Pair<Cs, 64> = leak(Pair::new());
-    let stats: &'static Stats = leak(Stats::new());
+    let stats: &'static framed::Counters = leak(framed::Counters::new());
     let (mut d, mut r) = tables!(HostRawMutex);
     let mut framed = Framed::<64, 64>::with_sizes(stats);
     let (rx, tx) = pair.a();
@@ -73,7 +73,7 @@ fn framed_run_is_send_with_thread_safe_records() {
 #[test]
 fn framed_run_over_local_tables_is_not_send() {
     let pair: &'static Pair<Cs, 64> = leak(Pair::new());
-    let stats: &'static Stats = leak(Stats::new());
+    let stats: &'static framed::Counters = leak(framed::Counters::new());
     let out: &'static Record<NoopRawMutex, Latest<u32>, 1> = leak(Record::new("out"));
     let link = leak(outbound::Link::new(
         out.subscribe().unwrap(),

@@ -12,7 +12,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::task::{Context, Poll};
 
-use aimdb_connectors::framed::{frame, Framed, Stats, MAX_ENCODED, MAX_FRAME};
+use aimdb_connectors::framed::{self, frame, Framed, MAX_ENCODED, MAX_FRAME};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
 use aimdb_core::connector::{FrameSink, MessageSource};
@@ -149,7 +149,7 @@ fn frame_size_limit_in_and_out() {
     let mut none = Lengths::default();
     let pair = Pair::<NoopRawMutex, 8192>::new();
     let ((a_rx, a_tx), (b_rx, b_tx)) = (pair.a(), pair.b());
-    let (a_stats, b_stats) = (Stats::new(), Stats::new());
+    let (a_stats, b_stats) = (framed::Counters::new(), framed::Counters::new());
     let mut a = Framed::new(&a_stats);
     let mut b = Framed::new(&b_stats);
     let mut empty = Script {
@@ -165,7 +165,7 @@ fn frame_size_limit_in_and_out() {
         let done = async {
             // Outbound: the over-long message was skipped at the sender;
             // send it raw to test the receiving side too.
-            while a_stats.snapshot().frames_out < 2 {
+            while a_stats.snapshot().sent < 2 {
                 yield_now().await;
             }
             let mut buf = vec![0u8; MAX_ENCODED + 8];
@@ -173,7 +173,7 @@ fn frame_size_limit_in_and_out() {
             write_all(&mut peer_tx, &buf[..n]).await;
             let n = frame::encode("after", &[2], &mut buf).unwrap();
             write_all(&mut peer_tx, &buf[..n]).await;
-            while b_stats.snapshot().frames_in < 3 {
+            while b_stats.snapshot().received < 3 {
                 yield_now().await;
             }
         };
@@ -182,7 +182,7 @@ fn frame_size_limit_in_and_out() {
             Either::Second(()) => {}
         }
     });
-    assert_eq!(a_stats.snapshot().too_large_out, 1);
+    assert_eq!(a_stats.snapshot().dropped, 1);
     assert_eq!(
         sink.got,
         [(MAX_TOPIC_LEN, 1025), (5, 1), (5, 1)],
@@ -252,7 +252,7 @@ fn one_hundred_thousand_distinct_keys_fill_the_table_and_memory_stays_flat() {
         .unwrap();
     let pair = Pair::<NoopRawMutex, 4096>::new();
     let ((_, mut peer_tx), (rx, tx)) = (pair.a(), pair.b());
-    let stats = Stats::new();
+    let stats = framed::Counters::new();
     let mut framed = Framed::<128, 128>::with_sizes(&stats);
 
     let rss_before = rss_kib();
@@ -270,7 +270,7 @@ fn one_hundred_thousand_distinct_keys_fill_the_table_and_memory_stays_flat() {
             // Known keys still land.
             let n = frame::encode("dev/k0/v", &[42], &mut buf).unwrap();
             write_all(&mut peer_tx, &buf[..n]).await;
-            while stats.snapshot().frames_in + stats.snapshot().rejected < KEYS + 1 {
+            while stats.snapshot().received + stats.snapshot().rejected < KEYS + 1 {
                 yield_now().await;
             }
         };
@@ -290,7 +290,7 @@ fn one_hundred_thousand_distinct_keys_fill_the_table_and_memory_stays_flat() {
     assert_eq!(DEVICES.len(), CAPACITY);
     assert_eq!(dispatch.stats().key_table_full, KEYS - CAPACITY as u32);
     assert_eq!(stats.snapshot().rejected, KEYS - CAPACITY as u32);
-    assert_eq!(stats.snapshot().frames_in, CAPACITY as u32 + 1);
+    assert_eq!(stats.snapshot().received, CAPACITY as u32 + 1);
     assert_eq!(DEVICES.get("k0").map(|r| r.writes()), Some(2));
     assert_eq!(allocated, 0, "the connector allocated");
     // Zero allocations is the exact check; RSS is the process-level one,
@@ -407,7 +407,7 @@ async fn mqtt_packet_size_is_bounded_by_the_session_buffers() {
     alongside(mqtt.run(&mut inbound, &mut routes), body).await;
     let s = counters.snapshot();
     assert_eq!(s.dropped, 1, "{s:?}");
-    assert_eq!(s.published, 1, "{s:?}");
+    assert_eq!(s.sent, 1, "{s:?}");
     assert_eq!(s.received, 1, "the large one never arrived: {s:?}");
     assert_eq!((s.reconnects, s.rejected), (0, 0), "{s:?}");
     assert_eq!(IN.writes(), 1);

@@ -12,7 +12,7 @@ use std::cell::Cell;
 use std::future::Future;
 
 use aimdb_connectors::fault::{Fault, Faulty, Kinds, Plan, Random};
-use aimdb_connectors::framed::{frame, Error, Framed, Stats};
+use aimdb_connectors::framed::{frame, Counters, Error, Framed};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
@@ -109,10 +109,10 @@ fn one_route(
     on_write: bool,
     before: impl FnOnce(),
     done: impl FnMut() -> bool,
-) -> (Stats, u64) {
+) -> (Counters, u64) {
     let (mut routes, mut dispatch, mut nothing, mut none) = wiring(out, inn);
     before();
-    let (a_stats, b_stats) = (Stats::new(), Stats::new());
+    let (a_stats, b_stats) = (Counters::new(), Counters::new());
     let (mut a, mut b) = (
         Framed::<64, 256>::with_sizes(&a_stats),
         Framed::<64, 256>::with_sizes(&b_stats),
@@ -149,7 +149,7 @@ fn one_route_records() -> (
 /// Sends `0..COUNT` on topic `t` through a plan applied on the sending
 /// side (`on_write`) or the receiving side, and returns what arrived and
 /// the receiver's counters.
-fn one_route_through(plan: Plan<'_>, on_write: bool, count: u32) -> (Vec<u32>, Stats) {
+fn one_route_through(plan: Plan<'_>, on_write: bool, count: u32) -> (Vec<u32>, Counters) {
     let (out, inn, mut reader) = one_route_records();
     let mut got = Vec::new();
     let write_all = || {
@@ -224,11 +224,11 @@ fn each_kind_of_damage_costs_only_the_frames_it_touches() {
             let s = stats.snapshot();
             let ctx = format!("on_write {on_write} split {split}: {s:?}");
             assert_eq!(got, want, "{ctx}");
-            assert_eq!(s.frames_in as usize, want.len(), "{ctx}");
+            assert_eq!(s.received as usize, want.len(), "{ctx}");
             assert_eq!(s.rejected, 1, "the unknown topic: {ctx}");
             assert_eq!(s.cobs_errors, 2, "cut short, cut across: {ctx}");
             assert_eq!(s.malformed, 1, "two frames glued: {ctx}");
-            assert_eq!(s.dropped_in(), 4, "{ctx}");
+            assert_eq!(s.errors_in(), 4, "{ctx}");
         }
     }
 }
@@ -248,7 +248,7 @@ fn a_corrupted_payload_byte_that_keeps_the_framing_is_not_detected() {
     let mut want: Vec<u32> = (0..20).collect();
     want[17] = 17 ^ 0x40;
     assert_eq!(got, want);
-    assert_eq!(stats.snapshot().dropped_in(), 0);
+    assert_eq!(stats.snapshot().errors_in(), 0);
 }
 
 #[test]
@@ -283,15 +283,15 @@ fn random_damage_never_stops_the_connector_and_it_resynchronises() {
             // decodes to (see the corruption test), so only bounds hold.
             assert!(got.iter().all(|&v| v < COUNT), "{ctx}");
             assert!(got.len() < COUNT as usize + 200, "{ctx}");
-            assert!(s.dropped_in() > 20, "the plan did damage: {ctx}");
-            assert_eq!(s.frames_in as usize, got.len(), "{ctx}");
+            assert!(s.errors_in() > 20, "the plan did damage: {ctx}");
+            assert_eq!(s.received as usize, got.len(), "{ctx}");
         }
     }
 }
 
 /// As [`one_route_through`], with the values written while the connector
 /// runs (one per yield), so that a Ring of 64 holds them.
-fn one_route_through_in_rounds(plan: Plan<'_>, on_write: bool, count: u32) -> (Vec<u32>, Stats) {
+fn one_route_through_in_rounds(plan: Plan<'_>, on_write: bool, count: u32) -> (Vec<u32>, Counters) {
     let (out, inn, mut reader) = one_route_records();
     let mut got = Vec::new();
     let written = Cell::new(0u32);
@@ -342,7 +342,7 @@ fn ring_values_survive_connections_closed_mid_frame_exactly_once_in_order() {
         .unwrap();
     let mut readers: Vec<_> = inns.iter().map(|r| r.subscribe().unwrap()).collect();
 
-    let (a_stats, b_stats) = (Stats::new(), Stats::new());
+    let (a_stats, b_stats) = (Counters::new(), Counters::new());
     // A transmit buffer of 40 bytes: batches of a few frames, so closes
     // land in every position of a batch.
     let mut a = Framed::<64, 40>::with_sizes(&a_stats);
@@ -417,10 +417,10 @@ fn ring_values_survive_connections_closed_mid_frame_exactly_once_in_order() {
     assert!(closed_by_fault > 20, "{closed_by_fault} of {connections}");
     assert!(cut_mid_frame > 10, "{cut_mid_frame} of {closed_by_fault}");
     let total = ROUTES as u32 * ROUNDS;
-    assert_eq!(b_stats.snapshot().frames_in, total);
+    assert_eq!(b_stats.snapshot().received, total);
     // Every fragment of a frame cut off was dropped by the receiver's
     // reset (none reached dispatch as a bad frame).
-    assert_eq!(b_stats.snapshot().dropped_in(), 0);
+    assert_eq!(b_stats.snapshot().errors_in(), 0);
 }
 
 /// A frame cut off mid-way is re-sent after a lone delimiter, so a peer
@@ -432,7 +432,7 @@ fn a_peer_that_keeps_the_fragment_drops_it_and_gets_the_frame_again() {
     let inn: &'static Record<Cs, Ring<u32, 8>, 1> = leak(Record::new("in"));
     let (mut routes, mut dispatch, mut nothing, mut none) = wiring(out, inn);
     let mut reader = inn.subscribe().unwrap();
-    let (a_stats, b_stats) = (Stats::new(), Stats::new());
+    let (a_stats, b_stats) = (Counters::new(), Counters::new());
     let mut a = Framed::<64, 256>::with_sizes(&a_stats);
     let mut b = Framed::<64, 256>::with_sizes(&b_stats);
     for v in 1..=5 {
@@ -469,9 +469,9 @@ fn a_peer_that_keeps_the_fragment_drops_it_and_gets_the_frame_again() {
     assert_eq!(got, [1, 2, 3, 4, 5]);
     assert_eq!(a.unsent_frames(), 0);
     let s = b_stats.snapshot();
-    assert_eq!((s.frames_in, s.dropped_in()), (5, 1), "{s:?}");
+    assert_eq!((s.received, s.errors_in()), (5, 1), "{s:?}");
     assert_eq!(
-        a_stats.snapshot().frames_out,
+        a_stats.snapshot().sent,
         5,
         "a frame counts once, when whole"
     );
@@ -513,7 +513,7 @@ fn while_disconnected_ring_reports_exact_lag_and_latest_and_mailbox_coalesce() {
         state_in.subscribe().unwrap(),
         cmd_in.subscribe().unwrap(),
     );
-    let (a_stats, b_stats) = (Stats::new(), Stats::new());
+    let (a_stats, b_stats) = (Counters::new(), Counters::new());
     let mut a = Framed::<64, 256>::with_sizes(&a_stats);
     let mut b = Framed::<64, 256>::with_sizes(&b_stats);
     let wire = Wire::new();
@@ -566,5 +566,5 @@ fn while_disconnected_ring_reports_exact_lag_and_latest_and_mailbox_coalesce() {
     assert_eq!(routes.stats().lagged, 5, "Ring: exactly 5 lost, reported");
     assert_eq!(got.1, [100, 109], "Latest: the newest, once");
     assert_eq!(got.2, [1000, 1003], "Mailbox: the newest, once");
-    assert_eq!(b_stats.snapshot().dropped_in(), 0);
+    assert_eq!(b_stats.snapshot().errors_in(), 0);
 }

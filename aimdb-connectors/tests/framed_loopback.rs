@@ -2,7 +2,7 @@
 
 mod common;
 
-use aimdb_connectors::framed::{frame, Error, Framed, Stats};
+use aimdb_connectors::framed::{frame, Counters, Error, Framed};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
@@ -25,7 +25,7 @@ fn many_routes_both_ways_arrive_exactly_once_in_order() {
     let (mut a_in, mut b_in) = (a.in_readers(), b.in_readers());
     let pair = Pair::<NoopRawMutex, 1024>::new();
     let ((a_rx, a_tx), (b_rx, b_tx)) = (pair.a(), pair.b());
-    let (a_stats, b_stats) = (Stats::new(), Stats::new());
+    let (a_stats, b_stats) = (Counters::new(), Counters::new());
 
     block_on(async {
         // A side may stop only when both have received everything: its own
@@ -49,9 +49,9 @@ fn many_routes_both_ways_arrive_exactly_once_in_order() {
     });
     let total = ROUTES as u32 * ROUNDS;
     for s in [a_stats.snapshot(), b_stats.snapshot()] {
-        assert_eq!(s.frames_in, total);
-        assert_eq!(s.frames_out, total);
-        assert_eq!(s.dropped_in(), 0);
+        assert_eq!(s.received, total);
+        assert_eq!(s.sent, total);
+        assert_eq!(s.errors_in(), 0);
     }
 }
 
@@ -74,7 +74,7 @@ fn bad_frames_are_counted_skipped_and_the_next_good_frame_lands() {
 
     let pair = Pair::<NoopRawMutex, 4096>::new();
     let ((_, mut peer_tx), (rx, tx)) = (pair.a(), pair.b());
-    let stats = Stats::new();
+    let stats = Counters::new();
     let mut framed = Framed::<64, 128>::with_sizes(&stats);
 
     let mut wire = Vec::new();
@@ -124,7 +124,7 @@ fn bad_frames_are_counted_skipped_and_the_next_good_frame_lands() {
         }
     });
     let s = stats.snapshot();
-    assert_eq!(s.frames_in, 2);
+    assert_eq!(s.received, 2);
     assert_eq!(s.rejected, 3, "{s:?}");
     assert_eq!(s.oversized, 2, "{s:?}");
     assert_eq!(s.cobs_errors, 1, "{s:?}");
@@ -149,7 +149,7 @@ fn closed_transport_ends_the_run_and_latest_is_replayed_after_reconnect() {
     let mut dispatch = Dispatch::<1, 1>::builder().build().unwrap();
 
     let pair = Pair::<NoopRawMutex, 256>::new();
-    let stats = Stats::new();
+    let stats = Counters::new();
     let mut framed = Framed::<64, 128>::with_sizes(&stats);
 
     STATUS.write(5);
@@ -182,7 +182,7 @@ fn closed_transport_ends_the_run_and_latest_is_replayed_after_reconnect() {
             }
         }
     });
-    assert_eq!(stats.snapshot().frames_out, 2);
+    assert_eq!(stats.snapshot().sent, 2);
 }
 
 /// Reads until one whole frame arrived.

@@ -78,7 +78,7 @@ async fn exercise(dev: &'static Device, broker: &Broker) {
     publish(broker, "cmd/led", &[1]).await;
     assert_eq!(within("the LED command", led.recv()).await, Ok(true));
     let s = dev.counters.snapshot();
-    assert_eq!((s.published, s.received, s.rejected), (1, 1, 0), "{s:?}");
+    assert_eq!((s.sent, s.received, s.rejected), (1, 1, 0), "{s:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,7 +40,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use aimdb_connectors::fault::{Fault, Faulty, Kinds, Plan, Random};
-use aimdb_connectors::framed::{Error, Framed, Stats};
+use aimdb_connectors::framed::{self, Error, Framed};
 use aimdb_connectors::mqtt::{Backoff, Config, Counters, QoS, RouteQos};
 use aimdb_connectors::tokio_io;
 use aimdb_core::codec::Postcard;
@@ -163,7 +163,7 @@ fn device(gateway: u16) -> (u64, u32) {
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
     let mut routes = routes_over::<_, W, ROUTES>(&READY, &mut payload, &mut topic, &mut links);
     let mut nothing = Dispatch::<1, 1>::builder().build().unwrap();
-    let stats = Stats::new();
+    let stats = framed::Counters::new();
     let mut framed = Framed::<64, 512>::with_sizes(&stats);
 
     runtime().block_on(async {
@@ -238,7 +238,7 @@ fn device(gateway: u16) -> (u64, u32) {
         };
         let _ = until_stop(embassy_futures::join::join(produce, link)).await;
     });
-    (routes.stats().lagged, stats.snapshot().frames_out)
+    (routes.stats().lagged, stats.snapshot().sent)
 }
 
 /// The gateway: framed in from the device (checked exactly once, in
@@ -260,7 +260,7 @@ fn gateway(listener: std::net::TcpListener, broker: u16) -> u32 {
     let mut none = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut [], &mut [])
         .build()
         .unwrap();
-    let stats = Stats::new();
+    let stats = framed::Counters::new();
     let mut framed = Framed::<64, 64>::with_sizes(&stats);
     let (mut rx, mut tx) = (vec![0u8; 2048], vec![0u8; 16 * 1024]);
     let connect = Gated {
@@ -291,8 +291,8 @@ fn gateway(listener: std::net::TcpListener, broker: u16) -> u32 {
         let _ = until_stop(embassy_futures::join::join3(accept, check, publish)).await;
     });
     let s = stats.snapshot();
-    assert_eq!(s.dropped_in(), 0, "{s:?}");
-    s.frames_in
+    assert_eq!(s.errors_in(), 0, "{s:?}");
+    s.received
 }
 
 /// The subscriber: MQTT in from the broker, checked for order.

@@ -18,7 +18,7 @@
 use aimdb_connectors::framed::frame::{
     encode, encoded_len, Decoder, EncodeError, Event, FrameError,
 };
-use aimdb_connectors::framed::{Error, Framed, Stats};
+use aimdb_connectors::framed::{Error, Framed, Counters};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::{DecodeError, Postcard};
 use aimdb_core::inbound::{Link, LocalDispatch};
@@ -185,7 +185,7 @@ fn check_framed(garbage: &[u8], payload: &[u8]) {
     assert_eq!(wrote, Ok(()));
     pair.a_to_b().close();
 
-    let stats = Stats::new();
+    let stats = Counters::new();
     let mut framed = Framed::<RX, 64>::with_sizes(&stats);
     let end = aimdb_fuzz::poll_bounded(framed.run(rx, tx, &mut dispatch, &mut routes), 10_000);
     assert_eq!(end, Some(Error::Closed));
@@ -198,15 +198,15 @@ fn check_framed(garbage: &[u8], payload: &[u8]) {
         .count() as u32;
     let count = |k: FrameError| events.iter().filter(|(e, _)| *e == Ev::Error(k)).count() as u32;
     assert_eq!(s.bytes_in, stream.len() as u32);
-    assert_eq!(s.frames_in + s.rejected, frames, "{s:?}");
+    assert_eq!(s.received + s.rejected, frames, "{s:?}");
     assert_eq!(s.oversized, count(FrameError::Oversized), "{s:?}");
     assert_eq!(s.cobs_errors, count(FrameError::Cobs), "{s:?}");
     assert_eq!(s.malformed, count(FrameError::Malformed), "{s:?}");
-    assert_eq!((s.frames_out, s.bytes_out), (0, 0));
+    assert_eq!((s.sent, s.bytes_out), (0, 0));
     let d = dispatch.stats();
     assert_eq!(s.rejected, d.total_rejected(), "{s:?} {d:?}");
     assert_eq!(
-        s.frames_in, d.delivered,
+        s.received, d.delivered,
         "one link per topic here; {s:?} {d:?}"
     );
     assert_eq!(u64::from(d.delivered), record.writes() + other.writes());

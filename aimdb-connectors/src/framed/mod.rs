@@ -22,7 +22,7 @@
 //! ([`frame::MAX_FRAME`] and [`frame::MAX_ENCODED`] are the defaults).
 //!
 //! Bad input never ends the connection: a broken, malformed or oversized
-//! frame is counted in [`Stats`] and skipped, a frame the dispatcher
+//! frame is counted in [`Counters`] and skipped, a frame the dispatcher
 //! rejects is counted there and in the dispatcher's own stats, and the
 //! decoder is back in step at the next delimiter. Only transport errors and
 //! end-of-stream end [`Framed::run`]; the caller reconnects, calls
@@ -101,26 +101,26 @@ impl core::error::Error for Error {}
 /// Each counter has one writer (the connector), so increments are a load
 /// and a store: no compare-and-swap needed on Cortex-M0.
 #[derive(Debug, Default)]
-pub struct Stats {
-    frames_in: AtomicU32,
-    frames_out: AtomicU32,
+pub struct Counters {
+    received: AtomicU32,
+    sent: AtomicU32,
     bytes_in: AtomicU32,
     bytes_out: AtomicU32,
     oversized: AtomicU32,
     cobs_errors: AtomicU32,
     malformed: AtomicU32,
     rejected: AtomicU32,
-    too_large_out: AtomicU32,
+    dropped: AtomicU32,
 }
 
-/// A copy of [`Stats`] at one moment.
+/// A copy of [`Counters`] at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Snapshot {
+pub struct Stats {
     /// Frames decoded and accepted by the dispatcher.
-    pub frames_in: u32,
+    pub received: u32,
     /// Frames written.
-    pub frames_out: u32,
+    pub sent: u32,
     /// Bytes read (wrapping).
     pub bytes_in: u32,
     /// Bytes written (wrapping).
@@ -134,12 +134,12 @@ pub struct Snapshot {
     /// Inbound frames the dispatcher rejected (its stats say why).
     pub rejected: u32,
     /// Outbound messages too large for the transmit buffer, skipped.
-    pub too_large_out: u32,
+    pub dropped: u32,
 }
 
-impl Snapshot {
+impl Stats {
     /// Inbound frames dropped for any reason.
-    pub fn dropped_in(&self) -> u32 {
+    pub fn errors_in(&self) -> u32 {
         self.oversized + self.cobs_errors + self.malformed + self.rejected
     }
 }
@@ -151,35 +151,35 @@ fn bump(c: &AtomicU32, by: u32) {
     );
 }
 
-impl Stats {
+impl Counters {
     /// All zero; `const` so it can live in a `static`.
     pub const fn new() -> Self {
         Self {
-            frames_in: AtomicU32::new(0),
-            frames_out: AtomicU32::new(0),
+            received: AtomicU32::new(0),
+            sent: AtomicU32::new(0),
             bytes_in: AtomicU32::new(0),
             bytes_out: AtomicU32::new(0),
             oversized: AtomicU32::new(0),
             cobs_errors: AtomicU32::new(0),
             malformed: AtomicU32::new(0),
             rejected: AtomicU32::new(0),
-            too_large_out: AtomicU32::new(0),
+            dropped: AtomicU32::new(0),
         }
     }
 
     /// The counters now.
-    pub fn snapshot(&self) -> Snapshot {
+    pub fn snapshot(&self) -> Stats {
         let r = |c: &AtomicU32| c.load(Ordering::Relaxed);
-        Snapshot {
-            frames_in: r(&self.frames_in),
-            frames_out: r(&self.frames_out),
+        Stats {
+            received: r(&self.received),
+            sent: r(&self.sent),
             bytes_in: r(&self.bytes_in),
             bytes_out: r(&self.bytes_out),
             oversized: r(&self.oversized),
             cobs_errors: r(&self.cobs_errors),
             malformed: r(&self.malformed),
             rejected: r(&self.rejected),
-            too_large_out: r(&self.too_large_out),
+            dropped: r(&self.dropped),
         }
     }
 
@@ -205,8 +205,8 @@ const READ_CHUNK: usize = 64;
 /// [`Framed::with_sizes`] picks others (a device with little RAM):
 ///
 /// ```
-/// use aimdb_connectors::framed::{Framed, Stats};
-/// static STATS: Stats = Stats::new();
+/// use aimdb_connectors::framed::{Framed, Counters};
+/// static STATS: Counters = Counters::new();
 /// let host = Framed::new(&STATS);
 /// let device = Framed::<256, 300>::with_sizes(&STATS);
 /// # let _ = (host, device);
@@ -216,7 +216,7 @@ pub struct Framed<'s, const RX: usize = MAX_FRAME, const TX: usize = MAX_ENCODED
     tx: [u8; TX],
     out: Outbox,
     rx_chunk: [u8; READ_CHUNK],
-    stats: &'s Stats,
+    counters: &'s Counters,
 }
 
 /// Where the transmit buffer stands; kept across runs so that a broken
@@ -235,18 +235,18 @@ struct Outbox {
 }
 
 impl<'s> Framed<'s> {
-    /// A connector with the default sizes, counting into `stats`. (Defined
-    /// on the default sizes only, so `Framed::new(&stats)` needs no type
+    /// A connector with the default sizes, counting into `counters`. (Defined
+    /// on the default sizes only, so `Framed::new(&counters)` needs no type
     /// annotation: const-generic defaults do not apply in expressions.)
-    pub const fn new(stats: &'s Stats) -> Self {
-        Self::with_sizes(stats)
+    pub const fn new(counters: &'s Counters) -> Self {
+        Self::with_sizes(counters)
     }
 }
 
 impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
     /// A connector with an `RX`-byte receive decoder and a `TX`-byte
-    /// transmit buffer, counting into `stats`.
-    pub const fn with_sizes(stats: &'s Stats) -> Self {
+    /// transmit buffer, counting into `counters`.
+    pub const fn with_sizes(counters: &'s Counters) -> Self {
         Self {
             decoder: Decoder::new(),
             tx: [0; TX],
@@ -257,13 +257,13 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
                 resync: false,
             },
             rx_chunk: [0; READ_CHUNK],
-            stats,
+            counters,
         }
     }
 
     /// The counters.
-    pub fn stats(&self) -> &'s Stats {
-        self.stats
+    pub fn counters(&self) -> &'s Counters {
+        self.counters
     }
 
     /// Forgets a partly received frame; call before running on a new
@@ -337,11 +337,11 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
             tx: tx_buf,
             out,
             rx_chunk,
-            stats,
+            counters,
         } = self;
-        let stats: &Stats = stats;
-        let read = pin!(read_loop(rx, decoder, rx_chunk, inbound, stats));
-        let write = pin!(write_loop(tx, tx_buf, out, outbound, stats));
+        let counters: &Counters = counters;
+        let read = pin!(read_loop(rx, decoder, rx_chunk, inbound, counters));
+        let write = pin!(write_loop(tx, tx_buf, out, outbound, counters));
         match select(read, write).await {
             Either::First(e) | Either::Second(e) => e,
         }
@@ -353,7 +353,7 @@ impl<const RX: usize, const TX: usize> fmt::Debug for Framed<'_, RX, TX> {
         f.debug_struct("Framed")
             .field("rx", &RX)
             .field("tx", &TX)
-            .field("stats", &self.stats.snapshot())
+            .field("counters", &self.counters.snapshot())
             .finish()
     }
 }
@@ -363,7 +363,7 @@ async fn read_loop<R: Read, D: FrameSink + ?Sized, const RX: usize>(
     decoder: &mut Decoder<RX>,
     chunk: &mut [u8; READ_CHUNK],
     inbound: &mut D,
-    stats: &Stats,
+    counters: &Counters,
 ) -> Error {
     loop {
         let n = match rx.read(chunk).await {
@@ -371,20 +371,20 @@ async fn read_loop<R: Read, D: FrameSink + ?Sized, const RX: usize>(
             Ok(n) => n,
             Err(e) => return Error::Read(embedded_io_async::Error::kind(&e)),
         };
-        bump(&stats.bytes_in, n as u32);
+        bump(&counters.bytes_in, n as u32);
         let mut rest = &chunk[..n];
         loop {
             match decoder.push(rest) {
                 Event::NeedMore => break,
                 Event::Frame(f, used) => {
                     match inbound.dispatch(f.topic, f.payload) {
-                        Ok(_) => bump(&stats.frames_in, 1),
-                        Err(_) => bump(&stats.rejected, 1),
+                        Ok(_) => bump(&counters.received, 1),
+                        Err(_) => bump(&counters.rejected, 1),
                     }
                     rest = &rest[used..];
                 }
                 Event::Error(e, used) => {
-                    stats.frame_error(e);
+                    counters.frame_error(e);
                     rest = &rest[used..];
                 }
             }
@@ -402,7 +402,7 @@ async fn write_loop<W: Write, S: MessageSource + ?Sized>(
     buf: &mut [u8],
     out: &mut Outbox,
     outbound: &mut S,
-    stats: &Stats,
+    counters: &Counters,
 ) -> Error {
     // `out` is updated before every await, so a dropped run leaves it
     // describing exactly what is encoded, accepted and held.
@@ -423,14 +423,14 @@ async fn write_loop<W: Write, S: MessageSource + ?Sized>(
                 Ok(n) => out.len += n,
                 // The batch is full: send it; this message stays held.
                 Err(_) if out.len > 0 => break,
-                Err(_) => bump(&stats.too_large_out, 1),
+                Err(_) => bump(&counters.dropped, 1),
             }
             // A pending poll registers this task's waker, which is what the
             // next wait needs anyway.
             out.held = poll_fn(|cx| Poll::Ready(outbound.poll_ready(cx).is_ready())).await;
         }
         if out.len > 0 {
-            if let Err(e) = send(&mut tx, &buf[..out.len], out, stats).await {
+            if let Err(e) = send(&mut tx, &buf[..out.len], out, counters).await {
                 return e;
             }
             (out.len, out.sent) = (0, 0);
@@ -444,7 +444,7 @@ async fn send<W: Write>(
     tx: &mut W,
     bytes: &[u8],
     out: &mut Outbox,
-    stats: &Stats,
+    counters: &Counters,
 ) -> Result<(), Error> {
     let kind = |e: W::Error| Error::Write(embedded_io_async::Error::kind(&e));
     if out.resync {
@@ -452,7 +452,7 @@ async fn send<W: Write>(
             Ok(0) => return Err(Error::Write(ErrorKind::WriteZero)),
             Ok(_) => {
                 out.resync = false;
-                bump(&stats.bytes_out, 1);
+                bump(&counters.bytes_out, 1);
             }
             Err(e) => return Err(kind(e)),
         }
@@ -466,8 +466,8 @@ async fn send<W: Write>(
                 let n = n.min(rest.len());
                 let frames = rest[..n].iter().filter(|&&b| b == 0).count();
                 out.sent += n;
-                bump(&stats.bytes_out, n as u32);
-                bump(&stats.frames_out, frames as u32);
+                bump(&counters.bytes_out, n as u32);
+                bump(&counters.sent, frames as u32);
             }
             Err(e) => return Err(kind(e)),
         }

@@ -15,7 +15,7 @@ use super::Cause;
 /// `const fn new()`, so it can live in a `static`.
 #[derive(Debug, Default)]
 pub struct Counters {
-    published: AtomicU32,
+    sent: AtomicU32,
     received: AtomicU32,
     rejected: AtomicU32,
     dropped: AtomicU32,
@@ -32,16 +32,16 @@ pub struct Counters {
 /// A copy of [`Counters`] at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Snapshot {
+pub struct Stats {
     /// Messages handed to the broker connection (QoS 0 written; QoS 1/2
     /// admitted to the session, which retransmits them until acknowledged).
-    pub published: u32,
+    pub sent: u32,
     /// Publishes received from the broker and handed to the frame sink.
     pub received: u32,
     /// Received publishes the frame sink rejected (unknown topic, malformed
     /// payload, …; the sink's own stats say which).
     pub rejected: u32,
-    /// Outbound messages that could not be published: too large for the
+    /// Outbound messages that could not be sent: too large for the
     /// session buffers, or refused by the broker's limits.
     pub dropped: u32,
     /// Successful connections after the first one.
@@ -56,7 +56,7 @@ pub struct Snapshot {
     /// Received publishes with an empty payload: MQTT's way to clear a
     /// retained message. Not dispatched, not rejected.
     pub cleared: u32,
-    /// Values outbound `Ring` routes lost before they could be published
+    /// Values outbound `Ring` routes lost before they could be sent
     /// (the reader fell behind, e.g. while the broker was away); wraps.
     pub lagged: u32,
     /// Whether the connector is connected and subscribed right now.
@@ -67,7 +67,7 @@ impl Counters {
     /// All zero, not connected.
     pub const fn new() -> Self {
         Self {
-            published: AtomicU32::new(0),
+            sent: AtomicU32::new(0),
             received: AtomicU32::new(0),
             rejected: AtomicU32::new(0),
             dropped: AtomicU32::new(0),
@@ -81,49 +81,49 @@ impl Counters {
         }
     }
 
-    /// Messages published; see [`Snapshot::published`].
-    pub fn published(&self) -> u32 {
-        self.published.load(Ordering::Relaxed)
+    /// Messages sent; see [`Stats::sent`].
+    pub fn sent(&self) -> u32 {
+        self.sent.load(Ordering::Relaxed)
     }
 
-    /// Publishes received; see [`Snapshot::received`].
+    /// Publishes received; see [`Stats::received`].
     pub fn received(&self) -> u32 {
         self.received.load(Ordering::Relaxed)
     }
 
-    /// Received publishes rejected; see [`Snapshot::rejected`].
+    /// Received publishes rejected; see [`Stats::rejected`].
     pub fn rejected(&self) -> u32 {
         self.rejected.load(Ordering::Relaxed)
     }
 
-    /// Outbound messages dropped; see [`Snapshot::dropped`].
+    /// Outbound messages dropped; see [`Stats::dropped`].
     pub fn dropped(&self) -> u32 {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// Reconnections; see [`Snapshot::reconnects`].
+    /// Reconnections; see [`Stats::reconnects`].
     pub fn reconnects(&self) -> u32 {
         self.reconnects.load(Ordering::Relaxed)
     }
 
-    /// Failed connection attempts; see [`Snapshot::connect_failures`].
+    /// Failed connection attempts; see [`Stats::connect_failures`].
     pub fn connect_failures(&self) -> u32 {
         self.connect_failures.load(Ordering::Relaxed)
     }
 
     /// Connections dropped by the acknowledgement timeout; see
-    /// [`Snapshot::ack_timeouts`].
+    /// [`Stats::ack_timeouts`].
     pub fn ack_timeouts(&self) -> u32 {
         self.ack_timeouts.load(Ordering::Relaxed)
     }
 
-    /// Cleared retained messages received; see [`Snapshot::cleared`].
+    /// Cleared retained messages received; see [`Stats::cleared`].
     pub fn cleared(&self) -> u32 {
         self.cleared.load(Ordering::Relaxed)
     }
 
     /// Values lost to `Ring` lag on the outbound routes; see
-    /// [`Snapshot::lagged`].
+    /// [`Stats::lagged`].
     pub fn lagged(&self) -> u32 {
         self.lagged.load(Ordering::Relaxed)
     }
@@ -142,9 +142,9 @@ impl Counters {
     }
 
     /// All counters at once (each read on its own; not one atomic picture).
-    pub fn snapshot(&self) -> Snapshot {
-        Snapshot {
-            published: self.published(),
+    pub fn snapshot(&self) -> Stats {
+        Stats {
+            sent: self.sent(),
             received: self.received(),
             rejected: self.rejected(),
             dropped: self.dropped(),
@@ -157,8 +157,8 @@ impl Counters {
         }
     }
 
-    pub(super) fn bump_published(&self) {
-        bump(&self.published);
+    pub(super) fn bump_sent(&self) {
+        bump(&self.sent);
     }
     pub(super) fn bump_received(&self) {
         bump(&self.received);
@@ -208,12 +208,12 @@ mod tests {
     #[test]
     fn counts_and_snapshots() {
         static C: Counters = Counters::new();
-        C.bump_published();
-        C.bump_published();
+        C.bump_sent();
+        C.bump_sent();
         C.bump_rejected();
         C.set_connected(true);
         let s = C.snapshot();
-        assert_eq!((s.published, s.rejected, s.received), (2, 1, 0));
+        assert_eq!((s.sent, s.rejected, s.received), (2, 1, 0));
         assert!(s.connected);
     }
 }

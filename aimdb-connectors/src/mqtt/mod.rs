@@ -35,7 +35,7 @@
 //! by default (a command kept by the broker is not executed again at every
 //! start), and their filters are subscribed with retain handling 2. An
 //! empty payload (clearing a retained message) is counted in
-//! [`Snapshot::cleared`], not dispatched. With
+//! [`Stats::cleared`], not dispatched. With
 //! [`Config::session_expiry_secs`] the broker keeps the session across a
 //! drop and the connector resends what was unacknowledged; see the
 //! repository README's "MQTT semantics by record kind" for the table and
@@ -153,7 +153,7 @@ use core::fmt;
 
 pub use backoff::{Backoff, Reconnect};
 pub use cause::{Cause, ConnectFailure};
-pub use counters::{Counters, Snapshot};
+pub use counters::{Counters, Stats};
 #[cfg(feature = "tokio")]
 pub use host::{TcpConnect, TokioDelay};
 #[cfg(feature = "tls")]
@@ -233,7 +233,7 @@ pub struct Config<'a> {
     /// disables it. Keep-alive does not cover this case: while the
     /// connector publishes, no PINGREQ is due. It matters most on streams
     /// that cannot report a close (a UART bridged to TCP, a half-open
-    /// socket). Counted in [`Snapshot::ack_timeouts`].
+    /// socket). Counted in [`Stats::ack_timeouts`].
     pub ack_timeout_ms: u32,
     /// Waits between connection attempts.
     pub backoff: Backoff,

@@ -343,7 +343,7 @@ where
             .await;
         let e = match r {
             Ok(_) => {
-                counters.bump_published();
+                counters.bump_sent();
                 counters.add_lagged(m.lagged);
                 live.update(conn);
                 return Ok(());

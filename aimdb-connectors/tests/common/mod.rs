@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use aimdb_connectors::framed::{Error, Framed, Stats};
+use aimdb_connectors::framed::{Counters, Error, Framed};
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
 use aimdb_core::inbound::{Dispatch, Target};
@@ -134,7 +134,7 @@ impl Side {
         &self,
         rx: R,
         tx: Tx,
-        stats: &Stats,
+        stats: &Counters,
         until: impl Future<Output = T>,
     ) -> Result<T, Error> {
         let mut links = out_links(&self.out, &self.out_topics);

@@ -4,8 +4,8 @@
 use core::fmt;
 
 use super::{
-    edge_hash, reduce, same_target, ConfigError, ConfigErrors, ConfigIssue, Dispatch, List, Node,
-    Route, SharedStats, Stats, Target, BUCKETS, NIL, NO_KEY,
+    edge_hash, reduce, same_target, ConfigError, ConfigErrors, ConfigIssue, Counters, Dispatch,
+    List, Node, Route, Stats, Target, BUCKETS, NIL, NO_KEY,
 };
 use crate::topic::{fnv1a, topic_hash, Filter};
 
@@ -102,7 +102,7 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Builder<'a
     /// Mirrors the table's [`Stats`] into `shared` on every dispatch, so
     /// other tasks or threads can read them while a connector owns the
     /// table.
-    pub fn shared_stats(&mut self, shared: &'a SharedStats) -> &mut Self {
+    pub fn counters(&mut self, shared: &'a Counters) -> &mut Self {
         self.table.shared = Some(shared);
         self
     }

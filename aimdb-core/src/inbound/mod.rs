@@ -55,7 +55,7 @@ use core::fmt;
 pub use build::{nodes_for, Builder};
 pub use error::{ConfigError, ConfigErrors, ConfigIssue, DispatchError};
 pub use link::{KeyedLink, Link, Target, DEFAULT_MAX_PAYLOAD};
-pub use stats::{SharedStats, Stats};
+pub use stats::{Counters, Stats};
 
 use crate::connector::FrameSink;
 use crate::topic::{fnv1a, Topic, TopicError, MAX_LEVELS};
@@ -110,8 +110,8 @@ where
     nodes: heapless::Vec<Node<'a>, NODES>,
     edges: [u16; NODES],
     stats: Stats,
-    /// Mirror of `stats` others can read ([`Builder::shared_stats`]).
-    shared: Option<&'a SharedStats>,
+    /// Mirror of `stats` others can read ([`Builder::counters`]).
+    shared: Option<&'a Counters>,
 }
 
 /// [`Dispatch`] over links that need not be `Sync` (records over

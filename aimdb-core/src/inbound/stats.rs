@@ -78,7 +78,7 @@ impl Stats {
     }
 }
 
-/// Every reason, in [`Stats`] field order (the index of [`SharedStats`]'s
+/// Every reason, in [`Stats`] field order (the index of [`Counters`]'s
 /// counters).
 const REASONS: usize = 9;
 
@@ -99,18 +99,18 @@ fn index(e: DispatchError) -> usize {
 /// A [`Dispatch`](super::Dispatch)'s [`Stats`] as atomics, readable from
 /// any task, thread or interrupt while the connector that owns the
 /// `Dispatch` runs (its own [`Stats`] are only reachable through it). Give
-/// it to [`Builder::shared_stats`](super::Builder::shared_stats); the
+/// it to [`Builder::counters`](super::Builder::counters); the
 /// dispatch is the only writer, so each update is a load and a store (no
 /// read-modify-write: fine on `thumbv6m`). `const fn new()`, for a
 /// `static`.
 #[derive(Debug, Default)]
-pub struct SharedStats {
+pub struct Counters {
     delivered: AtomicU32,
     rejected: [AtomicU32; REASONS],
     retained_ignored: AtomicU32,
 }
 
-impl SharedStats {
+impl Counters {
     /// All zero.
     pub const fn new() -> Self {
         Self {

@@ -482,12 +482,12 @@ fn retained_messages_skip_mailbox_links_unless_told_otherwise() {
 }
 
 #[test]
-fn shared_stats_mirror_the_table_for_other_readers() {
-    static SHARED: SharedStats = SharedStats::new();
+fn counters_mirror_the_table_for_other_readers() {
+    static SHARED: Counters = Counters::new();
     let a: Rec<u32> = Record::new("a");
     let la = Link::new(&a, Postcard).with_max_payload(4);
     let mut bld = LocalDispatch::<4, 4>::builder();
-    bld.link("dev/a", &la).shared_stats(&SHARED);
+    bld.link("dev/a", &la).counters(&SHARED);
     let mut d = bld.build().unwrap();
     assert_eq!(d.dispatch(b"dev/a", &enc(5)), Ok(1));
     assert!(d.dispatch(b"dev/b", &enc(5)).is_err());

@@ -43,7 +43,7 @@ static CMD_IN: inbound::Link<'static, Record<Cs, Mailbox<Command>, 1>, Postcard,
     inbound::Link::new(&CMD, Postcard).with_max_payload(8);
 static READY: Readiness<1> = Readiness::new();
 /// Counters of the device link.
-pub static LINK: framed::Stats = framed::Stats::new();
+pub static LINK: framed::Counters = framed::Counters::new();
 /// Counters of the MQTT connector ([`mqtt_connector`]).
 pub static MQTT: mqtt::Counters = mqtt::Counters::new();
 /// [`MQTT`]'s counters as a record, published on `dev/link` when they
@@ -183,12 +183,12 @@ pub async fn link_stats() {
         let now = LinkStats {
             received: s.received,
             rejected: s.rejected,
-            published: s.published,
+            sent: s.sent,
             reconnects: s.reconnects,
             connect_failures: s.connect_failures,
             commands_replaced: CMD.replaced() as u32,
         };
-        // `published` moves with every publish, this one's included:
+        // `sent` moves with every publish, this one's included:
         // compare without it, or the record would never settle.
         let key = (
             now.received,

@@ -18,7 +18,7 @@ use aimdb_connectors::mqtt::{
 use aimdb_connectors::tokio_io;
 use aimdb_core::codec::{Json, Postcard};
 use aimdb_core::inbound;
-use aimdb_core::inbound::{Dispatch, DispatchError, SharedStats, Stats};
+use aimdb_core::inbound::{Dispatch, DispatchError, Stats};
 use aimdb_core::outbound;
 use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Mailbox, Reader, Record, Ring};
@@ -38,13 +38,13 @@ static DEVICE_READY: Readiness<1> = Readiness::new();
 static MQTT_READY: Readiness<1> = Readiness::new();
 
 /// Device link counters.
-pub static DEVICE_LINK: framed::Stats = framed::Stats::new();
+pub static DEVICE_LINK: framed::Counters = framed::Counters::new();
 /// MQTT connector counters.
 pub static MQTT: Counters = Counters::new();
 /// The device side's inbound table counters, readable here.
-pub static DEVICE_IN: SharedStats = SharedStats::new();
+pub static DEVICE_IN: inbound::Counters = inbound::Counters::new();
 /// The MQTT side's inbound table counters, readable here.
-pub static MQTT_IN: SharedStats = SharedStats::new();
+pub static MQTT_IN: inbound::Counters = inbound::Counters::new();
 /// Device connections made (1 on a healthy run).
 pub static DEVICE_CONNECTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
@@ -114,7 +114,7 @@ pub async fn device(link: DeviceLink, readers: DeviceReaders) {
     for (t, l) in dev_in {
         b.link(t, l);
     }
-    b.shared_stats(&DEVICE_IN);
+    b.counters(&DEVICE_IN);
     let mut dispatch = b.build().expect("device inbound table");
     let mut cmd = outbound::Link::new(readers.0, topics::CMD, Postcard);
     let (mut payload, mut topic) = ([0u8; 64], [0u8; 0]);
@@ -158,7 +158,7 @@ pub async fn mqtt(broker: Broker, readers: MqttReaders) -> mqtt::Stopped {
     let cmd_topic = leak(format!("{}/cmd", broker.prefix));
     let cmd_in = inbound::Link::new(&COMMAND, Json).with_max_payload(256);
     let mut b = Dispatch::<4, 4>::builder();
-    b.link(cmd_topic, &cmd_in).shared_stats(&MQTT_IN);
+    b.link(cmd_topic, &cmd_in).counters(&MQTT_IN);
     let mut dispatch = b.build().expect("MQTT inbound table");
 
     let readings_topic = leak(format!("{}/readings", broker.prefix));
@@ -211,11 +211,11 @@ pub fn status_line() -> String {
     let d = DEVICE_LINK.snapshot();
     let m = MQTT.snapshot();
     format!(
-        "device→gw {:>6} frames  gw→device {:>4}  rejected {:>3}  | mqtt published {:>6} received {:>4} rejected {:>3} lagged {} cmd replaced {} reconnects {} {}",
-        d.frames_in,
-        d.frames_out,
-        d.dropped_in(),
-        m.published,
+        "device→gw {:>6} frames  gw→device {:>4}  rejected {:>3}  | mqtt sent {:>6} received {:>4} rejected {:>3} lagged {} cmd replaced {} reconnects {} {}",
+        d.received,
+        d.sent,
+        d.errors_in(),
+        m.sent,
         m.received,
         m.rejected,
         m.lagged,

@@ -47,7 +47,7 @@ pub struct LinkStats {
     /// Received publishes rejected (unknown topic, malformed payload, …).
     pub rejected: u32,
     /// Messages handed to the broker connection.
-    pub published: u32,
+    pub sent: u32,
     /// Successful connections after the first.
     pub reconnects: u32,
     /// Failed connection attempts.

@@ -7,7 +7,7 @@
 #![no_std]
 #![no_main]
 
-use aimdb_connectors::framed::{Framed, Stats};
+use aimdb_connectors::framed::{Framed, Counters};
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;
@@ -44,7 +44,7 @@ static TOPICS: [&str; MAX] = [
 ];
 /// One bitmap word serves up to 32 routes: the same in every build.
 static READY: Readiness<1> = Readiness::new();
-static STATS: Stats = Stats::new();
+static STATS: Counters = Counters::new();
 
 #[embassy_executor::main]
 async fn main(_spawner: Spawner) {

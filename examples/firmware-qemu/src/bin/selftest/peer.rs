@@ -192,12 +192,12 @@ pub async fn device_app(spawner: Spawner) -> bool {
     let s = device_app::LINK.snapshot();
     hprintln!(
         "  device link: {} frames in, {} out, {} dropped in",
-        s.frames_in,
-        s.frames_out,
-        s.dropped_in()
+        s.received,
+        s.sent,
+        s.errors_in()
     );
     ensure!(ok);
-    ensure!(s.frames_in == 3);
+    ensure!(s.received == 3);
     ensure!(s.cobs_errors + s.malformed + s.oversized == 2);
     true
 }
