@@ -38,5 +38,6 @@ pub mod framed;
 pub mod loopback;
 #[cfg(feature = "mqtt")]
 pub mod mqtt;
+pub mod reconnect;
 #[cfg(feature = "tokio")]
 pub mod tokio_io;

@@ -19,10 +19,17 @@
 //!   thread with their writers.
 
 use core::future::Future;
+use core::time::Duration;
 
+use std::path::PathBuf;
+use std::string::{String, ToString};
+
+use embedded_hal_async::delay::DelayNs;
 pub use embedded_io_adapters::tokio_1::FromTokio;
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use tokio::net::{tcp, unix, TcpStream, UnixStream};
+
+use crate::framed;
 
 /// Read and write halves of a TCP stream (no lock between them).
 pub fn tcp(
@@ -55,6 +62,79 @@ pub fn split<T: AsyncRead + AsyncWrite>(
 ) -> (FromTokio<ReadHalf<T>>, FromTokio<WriteHalf<T>>) {
     let (r, w) = tokio::io::split(stream);
     (FromTokio::new(r), FromTokio::new(w))
+}
+
+/// Connects to a TCP address on every attempt of
+/// [`Framed::run_reconnecting`](crate::framed::Framed::run_reconnecting):
+/// `"host:port"`, `"127.0.0.1:7000"`, `"[::1]:7000"`, or a `SocketAddr`
+/// (its text, resolved anew each time). The halves are [`tcp()`]'s.
+#[derive(Debug, Clone)]
+pub struct TcpConnect {
+    addr: String,
+}
+
+impl TcpConnect {
+    /// Connects to `addr` (its `Display` text) on every attempt.
+    pub fn new(addr: impl core::fmt::Display) -> Self {
+        Self {
+            addr: addr.to_string(),
+        }
+    }
+
+    /// The address.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+}
+
+impl framed::Connect for TcpConnect {
+    type Rx<'c> = FromTokio<tcp::OwnedReadHalf>;
+    type Tx<'c> = FromTokio<tcp::OwnedWriteHalf>;
+    type Error = std::io::Error;
+    async fn connect(&mut self) -> std::io::Result<(Self::Rx<'_>, Self::Tx<'_>)> {
+        Ok(tcp(TcpStream::connect(self.addr.as_str()).await?))
+    }
+}
+
+/// Connects to a Unix-domain socket on every attempt of
+/// [`Framed::run_reconnecting`](crate::framed::Framed::run_reconnecting).
+#[derive(Debug, Clone)]
+pub struct UnixConnect {
+    path: PathBuf,
+}
+
+impl UnixConnect {
+    /// Connects to the socket at `path` on every attempt.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+}
+
+impl framed::Connect for UnixConnect {
+    type Rx<'c> = FromTokio<unix::OwnedReadHalf>;
+    type Tx<'c> = FromTokio<unix::OwnedWriteHalf>;
+    type Error = std::io::Error;
+    async fn connect(&mut self) -> std::io::Result<(Self::Rx<'_>, Self::Tx<'_>)> {
+        Ok(unix(UnixStream::connect(&self.path).await?))
+    }
+}
+
+/// `DelayNs` on tokio's timer: the backoff clock of
+/// [`Framed::run_reconnecting`](crate::framed::Framed::run_reconnecting)
+/// and the MQTT connector's timer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokioDelay;
+
+impl DelayNs for TokioDelay {
+    async fn delay_ns(&mut self, ns: u32) {
+        tokio::time::sleep(Duration::from_nanos(ns.into())).await;
+    }
+    async fn delay_us(&mut self, us: u32) {
+        tokio::time::sleep(Duration::from_micros(us.into())).await;
+    }
+    async fn delay_ms(&mut self, ms: u32) {
+        tokio::time::sleep(Duration::from_millis(ms.into())).await;
+    }
 }
 
 /// Runs the future `make` returns as the `block_on` future of a

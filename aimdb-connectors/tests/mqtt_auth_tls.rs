@@ -19,9 +19,9 @@ use std::path::PathBuf;
 
 use aimdb_connectors::mqtt::rustls::{CertificateError, Error as TlsError};
 use aimdb_connectors::mqtt::{
-    Backoff, Cause, Config, Connect, ConnectFailure, Counters, QoS, Reconnect, RouteQos, Stopped,
-    TlsConnect, TlsConnectError,
+    Cause, Config, Connect, ConnectFailure, Counters, QoS, RouteQos, TlsConnect, TlsConnectError,
 };
+use aimdb_connectors::reconnect::{Backoff, Reconnect, Stopped};
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;

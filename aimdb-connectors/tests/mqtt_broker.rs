@@ -15,9 +15,8 @@ mod mosquitto;
 
 use std::cell::Cell;
 
-use aimdb_connectors::mqtt::{
-    Backoff, Cause, Config, ConnectFailure, Counters, QoS, Reconnect, RouteQos, Stopped,
-};
+use aimdb_connectors::mqtt::{Cause, Config, ConnectFailure, Counters, QoS, RouteQos};
+use aimdb_connectors::reconnect::{Backoff, Reconnect, Stopped};
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
 use aimdb_core::inbound::{Dispatch, KeyedLink};

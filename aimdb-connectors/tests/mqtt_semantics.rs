@@ -8,7 +8,8 @@
 
 mod mosquitto;
 
-use aimdb_connectors::mqtt::{Backoff, Config, Counters, QoS, RouteQos};
+use aimdb_connectors::mqtt::{Config, Counters, QoS, RouteQos};
+use aimdb_connectors::reconnect::Backoff;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;

@@ -41,7 +41,8 @@ use std::time::{Duration, Instant};
 
 use aimdb_connectors::fault::{Fault, Faulty, Kinds, Plan, Random};
 use aimdb_connectors::framed::{self, Error, Framed};
-use aimdb_connectors::mqtt::{Backoff, Config, Counters, QoS, RouteQos};
+use aimdb_connectors::mqtt::{Config, Counters, QoS, RouteQos};
+use aimdb_connectors::reconnect::Backoff;
 use aimdb_connectors::tokio_io;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;

@@ -25,7 +25,8 @@
 use core::cell::Cell;
 use core::convert::Infallible;
 
-use aimdb_connectors::mqtt::{Config, Connect, Counters, Mqtt, QoS, Reconnect, RouteQos, Stopped};
+use aimdb_connectors::mqtt::{Config, Connect, Counters, Mqtt, QoS, RouteQos};
+use aimdb_connectors::reconnect::{Reconnect, Stopped};
 use aimdb_core::codec::Postcard;
 use aimdb_core::connector::FrameSink;
 use aimdb_core::inbound::{DispatchError, Stats};

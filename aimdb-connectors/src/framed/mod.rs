@@ -27,6 +27,8 @@
 //! decoder is back in step at the next delimiter. Only transport errors and
 //! end-of-stream end [`Framed::run`]; the caller reconnects, calls
 //! [`Framed::reset`] and [`MessageSource::replay_latest`], and runs again.
+//! [`Framed::run_reconnecting`] is that loop, for a [`Connect`] that opens
+//! each connection, with the backoff and policy of [`crate::reconnect`].
 //!
 //! # Outbound frames across a broken connection
 //!
@@ -66,9 +68,11 @@ use core::task::Poll;
 
 use aimdb_core::connector::{FrameSink, MessageSource};
 use embassy_futures::select::{select, Either};
+use embedded_hal_async::delay::DelayNs;
 use embedded_io_async::{ErrorKind, Read, Write};
 use portable_atomic::{AtomicU32, Ordering};
 
+use crate::reconnect::{Backoff, Reconnect, Stopped};
 use frame::{Decoder, Event, FrameError};
 pub use frame::{MAX_ENCODED, MAX_FRAME};
 
@@ -111,6 +115,8 @@ pub struct Counters {
     malformed: AtomicU32,
     rejected: AtomicU32,
     dropped: AtomicU32,
+    reconnects: AtomicU32,
+    connect_failures: AtomicU32,
 }
 
 /// A copy of [`Counters`] at one moment.
@@ -135,6 +141,12 @@ pub struct Stats {
     pub rejected: u32,
     /// Outbound messages too large for the transmit buffer, skipped.
     pub dropped: u32,
+    /// Successful connections after the first one
+    /// ([`Framed::run_reconnecting`] only).
+    pub reconnects: u32,
+    /// Connection attempts that failed ([`Framed::run_reconnecting`]
+    /// only).
+    pub connect_failures: u32,
 }
 
 impl Stats {
@@ -164,6 +176,8 @@ impl Counters {
             malformed: AtomicU32::new(0),
             rejected: AtomicU32::new(0),
             dropped: AtomicU32::new(0),
+            reconnects: AtomicU32::new(0),
+            connect_failures: AtomicU32::new(0),
         }
     }
 
@@ -180,6 +194,8 @@ impl Counters {
             malformed: r(&self.malformed),
             rejected: r(&self.rejected),
             dropped: r(&self.dropped),
+            reconnects: r(&self.reconnects),
+            connect_failures: r(&self.connect_failures),
         }
     }
 
@@ -197,6 +213,50 @@ impl Counters {
 
 /// Bytes read from the transport per `read` call.
 const READ_CHUNK: usize = 64;
+
+/// Opens a fresh connection for [`Framed::run_reconnecting`], once per
+/// attempt: its read and write halves, which may borrow from `self` (an
+/// embassy-net socket borrows its buffers).
+///
+/// A link that is always there (a UART) is a pair of halves: `(rx, tx)`
+/// implements `Connect` by lending them out again on every attempt. tokio
+/// hosts have [`tokio_io::TcpConnect`](crate::tokio_io::TcpConnect) and
+/// [`tokio_io::UnixConnect`](crate::tokio_io::UnixConnect); anything else
+/// (a listener that accepts, a serial port that is reopened) is a few
+/// lines.
+// As for `mqtt::Connect`: no `Send` bound on the returned future for
+// generic callers; concrete implementations whose future is `Send` keep
+// the connector future `Send` (pinned in tests/auto_traits.rs).
+#[allow(async_fn_in_trait)]
+pub trait Connect {
+    /// The read half.
+    type Rx<'c>: Read
+    where
+        Self: 'c;
+    /// The write half.
+    type Tx<'c>: Write
+    where
+        Self: 'c;
+    /// Why opening failed.
+    type Error: fmt::Debug;
+    /// Opens the connection (connect, accept, reopen, …).
+    async fn connect(&mut self) -> Result<(Self::Rx<'_>, Self::Tx<'_>), Self::Error>;
+}
+
+impl<R: Read, W: Write> Connect for (R, W) {
+    type Rx<'c>
+        = &'c mut R
+    where
+        Self: 'c;
+    type Tx<'c>
+        = &'c mut W
+    where
+        Self: 'c;
+    type Error = core::convert::Infallible;
+    async fn connect(&mut self) -> Result<(&mut R, &mut W), Self::Error> {
+        Ok((&mut self.0, &mut self.1))
+    }
+}
 
 /// The framed-stream connector's state: a receive decoder of `RX` bytes and
 /// a transmit buffer of `TX` bytes, kept across reconnects.
@@ -344,6 +404,75 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
         let write = pin!(write_loop(tx, tx_buf, out, outbound, counters));
         match select(read, write).await {
             Either::First(e) | Either::Second(e) => e,
+        }
+    }
+
+    /// Connects with `connect`, runs ([`Self::run`]), and after a drop
+    /// connects and runs again, until the `reconnect` policy allows no
+    /// further attempt; the waits come from `backoff`, timed by `delay`.
+    ///
+    /// This is the loop every framed user would otherwise write: on each
+    /// new connection it calls [`Self::reset`], and on each one after the
+    /// first [`MessageSource::replay_latest`] (state goes out again; see
+    /// the module docs for what is re-sent). Failed attempts and
+    /// reconnects are counted in [`Counters`] (`connect_failures`,
+    /// `reconnects`), and the same rules as [`Mqtt::run`](crate::mqtt)
+    /// apply: a failed attempt waits `backoff.delay_ms(failures + 1)`, a
+    /// drop waits `backoff.delay_ms(1)` before the next attempt.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Self::run`]: dropping the future loses no outbound message.
+    pub async fn run_reconnecting<C, T, D, S>(
+        &mut self,
+        mut connect: C,
+        mut delay: T,
+        reconnect: Reconnect,
+        backoff: Backoff,
+        inbound: &mut D,
+        outbound: &mut S,
+    ) -> Stopped
+    where
+        C: Connect,
+        T: DelayNs,
+        D: FrameSink + ?Sized,
+        S: MessageSource + ?Sized,
+    {
+        // Failed attempts since the last successful connection.
+        let mut failures = 0u32;
+        let mut connected_once = false;
+        loop {
+            let (rx, tx) = match connect.connect().await {
+                Ok(halves) => halves,
+                Err(_) => {
+                    bump(&self.counters.connect_failures, 1);
+                    failures = failures.saturating_add(1);
+                    if crate::log_shim::worth_logging(failures) {
+                        log_warn!("framed: connection attempt {} failed", failures);
+                    }
+                    if !reconnect.allows(failures) {
+                        return Stopped::ConnectFailed(failures);
+                    }
+                    delay
+                        .delay_ms(backoff.delay_ms(failures.saturating_add(1)))
+                        .await;
+                    continue;
+                }
+            };
+            failures = 0;
+            self.reset();
+            if connected_once {
+                bump(&self.counters.reconnects, 1);
+                outbound.replay_latest();
+            }
+            log_info!("framed: connected");
+            let _why = self.run(rx, tx, inbound, outbound).await;
+            log_warn!("framed: connection ended");
+            connected_once = true;
+            if !reconnect.allows(0) {
+                return Stopped::Disconnected;
+            }
+            delay.delay_ms(backoff.delay_ms(1)).await;
         }
     }
 }

@@ -1,11 +1,8 @@
-//! tokio implementations of [`Connect`] and `DelayNs` (feature `tokio`).
-
-use core::time::Duration;
+//! The tokio implementation of [`Connect`] (feature `tokio`).
 
 use std::string::{String, ToString};
 
 use ::tokio::net::TcpStream;
-use embedded_hal_async::delay::DelayNs;
 use embedded_io_adapters::tokio_1::FromTokio;
 
 use super::{Connect, ConnectFailure};
@@ -67,21 +64,5 @@ pub(super) fn io_failure(error: &std::io::Error) -> ConnectFailure {
             ConnectFailure::Unreachable
         }
         _ => ConnectFailure::Other,
-    }
-}
-
-/// `DelayNs` on tokio's timer.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TokioDelay;
-
-impl DelayNs for TokioDelay {
-    async fn delay_ns(&mut self, ns: u32) {
-        ::tokio::time::sleep(Duration::from_nanos(ns.into())).await;
-    }
-    async fn delay_us(&mut self, us: u32) {
-        ::tokio::time::sleep(Duration::from_micros(us.into())).await;
-    }
-    async fn delay_ms(&mut self, ms: u32) {
-        ::tokio::time::sleep(Duration::from_millis(ms.into())).await;
     }
 }

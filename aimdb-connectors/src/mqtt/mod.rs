@@ -57,7 +57,7 @@
 //!   `TlsConnect`: TLS via rustls);
 //! - [`DelayNs`]: the timer for backoff
 //!   and the connect timeout: `embassy_time::Delay`, or with `tokio`
-//!   [`TokioDelay`].
+//!   [`TokioDelay`](crate::tokio_io::TokioDelay).
 //!
 //! Keep-alive timing is inside minimq, which reads `embassy-time`'s clock:
 //! firmware provides its time driver as usual; on hosts the `tokio` feature
@@ -102,7 +102,8 @@
 //! ```no_run
 //! # #[cfg(feature = "tokio")]
 //! # async fn demo() {
-//! use aimdb_connectors::mqtt::{Config, Counters, Mqtt, TcpConnect, TokioDelay};
+//! use aimdb_connectors::mqtt::{Config, Counters, Mqtt, TcpConnect};
+//! use aimdb_connectors::tokio_io::TokioDelay;
 //! use aimdb_core::codec::Postcard;
 //! use aimdb_core::inbound::{self, Dispatch};
 //! use aimdb_core::outbound::{self, Routes};
@@ -140,7 +141,6 @@
 //! ```
 #![forbid(unsafe_code)]
 
-mod backoff;
 mod cause;
 mod counters;
 #[cfg(feature = "tokio")]
@@ -151,11 +151,10 @@ mod tls;
 
 use core::fmt;
 
-pub use backoff::{Backoff, Reconnect};
 pub use cause::{Cause, ConnectFailure};
 pub use counters::{Counters, Stats};
 #[cfg(feature = "tokio")]
-pub use host::{TcpConnect, TokioDelay};
+pub use host::TcpConnect;
 #[cfg(feature = "tls")]
 pub use tls::{tls_client_config, TlsConnect, TlsConnectError, TlsSetupError};
 /// The rustls [`TlsConnect`] is built on, for a custom
@@ -164,6 +163,8 @@ pub use tls::{tls_client_config, TlsConnect, TlsConnectError, TlsSetupError};
 pub use tokio_rustls::rustls;
 
 use aimdb_core::connector::{FrameSink, MessageSource};
+
+use crate::reconnect::{Backoff, Reconnect, Stopped};
 use embedded_hal_async::delay::DelayNs;
 
 /// MQTT quality of service of a publish or the maximum of a subscription.
@@ -339,27 +340,6 @@ impl fmt::Display for ConfigError {
     }
 }
 impl core::error::Error for ConfigError {}
-
-/// Why [`Mqtt::run`] returned. It returns only when the [`Reconnect`]
-/// policy allows no further attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Stopped {
-    /// The connection dropped and reconnecting is disabled.
-    Disconnected,
-    /// This many connection attempts in a row failed.
-    ConnectFailed(u32),
-}
-
-impl fmt::Display for Stopped {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Disconnected => f.write_str("MQTT connection dropped; reconnect disabled"),
-            Self::ConnectFailed(n) => write!(f, "{n} MQTT connection attempt(s) failed in a row"),
-        }
-    }
-}
-impl core::error::Error for Stopped {}
 
 /// One MQTT connector: a broker session over transports opened by `C`,
 /// timed by `D`.

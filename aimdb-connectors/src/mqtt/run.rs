@@ -16,7 +16,8 @@ use minimq::{
 };
 use portable_atomic::{AtomicU32, Ordering};
 
-use super::{Cause, Config, Connect, Counters, Mqtt, QoS, Reconnect, Stopped};
+use super::{Cause, Config, Connect, Counters, Mqtt, QoS};
+use crate::reconnect::{Reconnect, Stopped};
 
 /// The connection is gone (or never came up), and why; reconnect.
 struct Dropped(Cause);

@@ -16,7 +16,7 @@
 //! protocol) is a failed connection attempt like a refused TCP connect: the
 //! connector counts it in
 //! [`Counters::connect_failures`](super::Counters::connect_failures) and
-//! retries under its [`Reconnect`](super::Reconnect) policy.
+//! retries under its [`Reconnect`](crate::reconnect::Reconnect) policy.
 //! [`TlsConnectError::tls`] tells which rustls error it was when you call
 //! [`Connect::connect`] yourself.
 //!

@@ -17,7 +17,8 @@
 use portable_atomic::{AtomicU32, Ordering};
 
 use aimdb_connectors::framed::{self, Framed};
-use aimdb_connectors::mqtt::{self, Mqtt, QoS, Reconnect, RouteQos};
+use aimdb_connectors::mqtt::{self, Mqtt, QoS, RouteQos};
+use aimdb_connectors::reconnect::Reconnect;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;
@@ -120,7 +121,7 @@ pub fn mqtt_config() -> mqtt::Config<'static> {
     c.keep_alive_secs = KEEP_ALIVE_SECS;
     c.connect_timeout_ms = 1_000;
     c.ack_timeout_ms = 1_000;
-    c.backoff = mqtt::Backoff {
+    c.backoff = aimdb_connectors::reconnect::Backoff {
         min_ms: 200,
         max_ms: 2_000,
     };
@@ -141,14 +142,14 @@ pub async fn mqtt_connector<C: mqtt::Connect>(
     connect: C,
     rx: &mut [u8],
     tx: &mut [u8],
-) -> mqtt::Stopped {
+) -> aimdb_connectors::reconnect::Stopped {
     let (Ok(readings), Ok(status), Ok(link)) = (
         READINGS.subscribe(),
         STATUS.subscribe(),
         LINK_STATS.subscribe(),
     ) else {
         // As in `connector`: only one connector runs at a time.
-        return mqtt::Stopped::Disconnected;
+        return aimdb_connectors::reconnect::Stopped::Disconnected;
     };
     let mut readings = outbound::Link::new(readings, topics::READINGS, Postcard);
     let mut status = outbound::Link::new(status, topics::STATUS, Postcard);
@@ -166,10 +167,10 @@ pub async fn mqtt_connector<C: mqtt::Connect>(
         b.build()
     };
     let (Ok(mut routes), Ok(mut dispatch)) = (routes, dispatch) else {
-        return mqtt::Stopped::Disconnected;
+        return aimdb_connectors::reconnect::Stopped::Disconnected;
     };
     let Ok(mut mqtt) = Mqtt::new(mqtt_config(), rx, tx, connect, Delay, &MQTT) else {
-        return mqtt::Stopped::Disconnected;
+        return aimdb_connectors::reconnect::Stopped::Disconnected;
     };
     mqtt.run(&mut dispatch, &mut routes).await
 }

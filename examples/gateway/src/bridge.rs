@@ -9,13 +9,13 @@
 //! any client: `mosquitto_sub -t 'aimdb/#'`).
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use aimdb_connectors::framed::{self, Framed};
 use aimdb_connectors::mqtt::{
-    self, Config, Connect, Counters, Mqtt, QoS, RouteQos, TcpConnect, TlsConnect, TokioDelay,
+    self, Config, Connect, Counters, Mqtt, QoS, RouteQos, TcpConnect, TlsConnect,
 };
-use aimdb_connectors::tokio_io;
+use aimdb_connectors::reconnect::{Backoff, Reconnect};
+use aimdb_connectors::tokio_io::{self, FromTokio, TokioDelay};
 use aimdb_core::codec::{Json, Postcard};
 use aimdb_core::inbound;
 use aimdb_core::inbound::{Dispatch, DispatchError, Stats};
@@ -25,7 +25,7 @@ use aimdb_core::record::{Latest, Mailbox, Reader, Record, Ring};
 use aimdb_core::sync::HostRawMutex;
 use aimdb_core::sync::Readiness;
 use device_protocol::{topics, Command, Reading, Status};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{tcp, TcpListener, TcpStream};
 
 /// Readings held for the MQTT side while the broker is away.
 pub const READINGS_DEPTH: usize = 256;
@@ -56,11 +56,27 @@ pub enum DeviceLink {
     Connect(String),
 }
 
-impl DeviceLink {
-    async fn open(&self) -> std::io::Result<TcpStream> {
-        match self {
+/// Each attempt of the device connector: accept QEMU's connection, or
+/// connect to it.
+impl framed::Connect for DeviceLink {
+    type Rx<'c> = FromTokio<tcp::OwnedReadHalf>;
+    type Tx<'c> = FromTokio<tcp::OwnedWriteHalf>;
+    type Error = std::io::Error;
+
+    async fn connect(&mut self) -> std::io::Result<(Self::Rx<'_>, Self::Tx<'_>)> {
+        let stream = match self {
             Self::Listen(l) => l.accept().await.map(|(s, _)| s),
-            Self::Connect(addr) => TcpStream::connect(addr).await,
+            Self::Connect(addr) => TcpStream::connect(addr.as_str()).await,
+        };
+        match stream {
+            Ok(s) => {
+                DEVICE_CONNECTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(tokio_io::tcp(s))
+            }
+            Err(e) => {
+                eprintln!("gateway: device link: {e}; retrying");
+                Err(e)
+            }
         }
     }
 }
@@ -122,22 +138,23 @@ pub async fn device(link: DeviceLink, readers: DeviceReaders) {
     b.link(&mut cmd);
     let mut routes = b.build().expect("device outbound table");
     let mut framed = Framed::new(&DEVICE_LINK);
-    loop {
-        let stream = match link.open().await {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("gateway: device link: {e}; retrying in 1 s");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        DEVICE_CONNECTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (rx, tx) = tokio_io::tcp(stream);
-        framed.reset();
-        routes.replay_latest();
-        let why = framed.run(rx, tx, &mut dispatch, &mut routes).await;
-        eprintln!("gateway: device link ended: {why}");
-    }
+    // Reconnect for ever, waiting 1 s between attempts (QEMU restarts
+    // take about that long).
+    let backoff = Backoff {
+        min_ms: 1_000,
+        max_ms: 1_000,
+    };
+    let stopped = framed
+        .run_reconnecting(
+            link,
+            TokioDelay,
+            Reconnect::Always,
+            backoff,
+            &mut dispatch,
+            &mut routes,
+        )
+        .await;
+    unreachable!("Reconnect::Always ended: {stopped}");
 }
 
 /// MQTT settings from the command line.
@@ -154,7 +171,7 @@ fn leak(s: String) -> &'static str {
 }
 
 /// The MQTT side: readings and status out, commands in.
-pub async fn mqtt(broker: Broker, readers: MqttReaders) -> mqtt::Stopped {
+pub async fn mqtt(broker: Broker, readers: MqttReaders) -> aimdb_connectors::reconnect::Stopped {
     let cmd_topic = leak(format!("{}/cmd", broker.prefix));
     let cmd_in = inbound::Link::new(&COMMAND, Json).with_max_payload(256);
     let mut b = Dispatch::<4, 4>::builder();
@@ -199,7 +216,7 @@ async fn run<C: Connect>(
     connect: C,
     dispatch: &mut (impl aimdb_core::connector::FrameSink + ?Sized),
     routes: &mut (impl aimdb_core::connector::MessageSource + ?Sized),
-) -> mqtt::Stopped {
+) -> aimdb_connectors::reconnect::Stopped {
     let (mut rx, mut tx) = (vec![0u8; 2048], vec![0u8; 8192]);
     let mut client = Mqtt::new(config, &mut rx, &mut tx, connect, TokioDelay, &MQTT)
         .expect("MQTT configuration");

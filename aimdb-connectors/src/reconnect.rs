@@ -1,10 +1,15 @@
-//! Reconnect policy: whether to try again, and how long to wait first.
+//! Reconnect policy, shared by the connectors that open their own
+//! connections ([`Mqtt::run`](crate::mqtt::Mqtt::run) and
+//! [`Framed::run_reconnecting`](crate::framed::Framed::run_reconnecting)):
+//! whether to try again, how long to wait first, and why a connector
+//! stopped trying.
+
+use core::fmt;
 
 /// Whether a dropped or failed connection is retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reconnect {
-    /// One connection attempt; a failure or a drop ends
-    /// [`Mqtt::run`](super::Mqtt::run).
+    /// One connection attempt; a failure or a drop ends the run.
     Never,
     /// Retry, giving up after this many failed attempts in a row (a
     /// successful connection resets the count).
@@ -69,6 +74,28 @@ impl Default for Backoff {
         Self::DEFAULT
     }
 }
+
+/// Why a reconnecting run ended: the [`Reconnect`] policy allows no
+/// further attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stopped {
+    /// The connection dropped and reconnecting is disabled
+    /// ([`Reconnect::Never`]).
+    Disconnected,
+    /// This many connection attempts in a row failed.
+    ConnectFailed(u32),
+}
+
+impl fmt::Display for Stopped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Disconnected => f.write_str("connection dropped; reconnect disabled"),
+            Self::ConnectFailed(n) => write!(f, "{n} connection attempt(s) failed in a row"),
+        }
+    }
+}
+impl core::error::Error for Stopped {}
 
 #[cfg(test)]
 mod tests {
