@@ -8,11 +8,13 @@
 
 use core::cell::RefCell;
 use core::fmt;
+use core::future::poll_fn;
+use core::task::{Context, Poll, Waker};
 
 use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
 
-use super::{Buffer, Record};
+use super::{Buffer, Record, RecvError, SubscribeError, Take};
 use crate::topic::fnv1a;
 
 /// Longest key, in bytes.
@@ -58,7 +60,8 @@ impl<T> fmt::Display for KeyWriteError<T> {
 }
 impl<T: fmt::Debug> core::error::Error for KeyWriteError<T> {}
 
-type Key = heapless::String<KEY_MAX_LEN>;
+/// A key, as a keyed table keeps it and hands it out.
+pub type Key = heapless::String<KEY_MAX_LEN>;
 
 fn check_key(key: &str) -> Result<(), KeyError> {
     if key.is_empty() {
@@ -74,6 +77,12 @@ struct KeyTable<const K: usize> {
     hashes: [u32; K],
     keys: [Key; K],
     len: usize,
+    /// A [`KeyedChanges`] exists: every claimed slot has a reader of its
+    /// own (`watch_reader`), subscribed when the key is claimed.
+    watched: bool,
+    watch_reader: [u8; K],
+    /// The watcher's waker, woken when a key is claimed.
+    watch_waker: Option<Waker>,
 }
 
 impl<const K: usize> KeyTable<K> {
@@ -100,6 +109,9 @@ impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> Keyed<M, B, K, R> {
                 hashes: [0; K],
                 keys: [const { Key::new() }; K],
                 len: 0,
+                watched: false,
+                watch_reader: [0; K],
+                watch_waker: None,
             })),
             slots: [const { Record::new("") }; K],
         }
@@ -113,6 +125,9 @@ impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> Keyed<M, B, K, R> {
                 hashes: [0; K],
                 keys: core::array::from_fn(|_| Key::new()),
                 len: 0,
+                watched: false,
+                watch_reader: [0; K],
+                watch_waker: None,
             })),
             slots: core::array::from_fn(|_| Record::new("")),
         }
@@ -144,6 +159,7 @@ impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> Keyed<M, B, K, R> {
     pub fn claim(&self, key: &str) -> Result<&Record<M, B, R>, KeyError> {
         check_key(key)?;
         let h = fnv1a(key.as_bytes());
+        let mut wake = None;
         let i = self.table.lock(|t| {
             let mut t = t.borrow_mut();
             if let Some(i) = t.find(h, key) {
@@ -153,6 +169,13 @@ impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> Keyed<M, B, K, R> {
             if i == K {
                 return Err(KeyError::Full);
             }
+            if t.watched {
+                // Before the key is visible, so the watcher's reader is
+                // there for the slot's first write. A fresh slot has all
+                // `R >= 1` reader slots free.
+                t.watch_reader[i] = self.slots[i].subscribe_slot().map_err(|_| KeyError::Full)?;
+                wake = t.watch_waker.clone();
+            }
             t.hashes[i] = h;
             t.keys[i].clear();
             // Length checked above, so the push cannot fail.
@@ -160,7 +183,68 @@ impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> Keyed<M, B, K, R> {
             t.len += 1;
             Ok(i)
         })?;
+        if let Some(w) = wake {
+            w.wake();
+        }
         Ok(&self.slots[i])
+    }
+
+    /// A reader over every key's writes: each receive yields a key and the
+    /// value written to it, round-robin over the keys with something new
+    /// (a busy key cannot starve the others), including keys claimed after
+    /// this call. It sees each slot as a [`Reader`](super::Reader)
+    /// subscribed now would: a `Latest` slot's current value first, a
+    /// `Ring` slot what is written from now on.
+    ///
+    /// It takes one reader slot of every slot record (of `R`), and one
+    /// `KeyedChanges` per table may exist at a time:
+    /// [`SubscribeError::Full`] otherwise. A receive costs a look at each
+    /// claimed key (`O(K)`), fine for the tens or hundreds of keys a keyed
+    /// table holds; no allocation.
+    ///
+    /// ```
+    /// use aimdb_core::record::{Keyed, Latest};
+    /// use embassy_sync::blocking_mutex::raw::NoopRawMutex;
+    ///
+    /// let rooms: Keyed<NoopRawMutex, Latest<i16>, 8, 2> = Keyed::new("temp");
+    /// let mut changes = rooms.changes().unwrap();
+    /// rooms.write("kitchen", 215).unwrap();
+    /// rooms.write("hall", 198).unwrap();
+    /// rooms.write("kitchen", 217).unwrap(); // coalesces with 215 (Latest)
+    /// let (key, value) = changes.try_recv().unwrap();
+    /// assert_eq!((key.as_str(), value), ("kitchen", Ok(217)));
+    /// let (key, value) = changes.try_recv().unwrap();
+    /// assert_eq!((key.as_str(), value), ("hall", Ok(198)));
+    /// assert!(changes.try_recv().is_none());
+    /// ```
+    pub fn changes(&self) -> Result<KeyedChanges<'_, M, B, K, R>, SubscribeError> {
+        let mut reader = [0u8; K];
+        let len = self.table.lock(|t| {
+            let mut t = t.borrow_mut();
+            if t.watched {
+                return Err(SubscribeError::Full);
+            }
+            for i in 0..t.len {
+                match self.slots[i].subscribe_slot() {
+                    Ok(r) => reader[i] = r,
+                    Err(e) => {
+                        for (j, &r) in reader.iter().enumerate().take(i) {
+                            self.slots[j].unsubscribe(r as usize);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            t.watch_reader = reader;
+            t.watched = true;
+            Ok(t.len)
+        })?;
+        Ok(KeyedChanges {
+            table: self,
+            reader,
+            known: len,
+            cursor: 0,
+        })
     }
 
     /// Writes `value` to `key`'s slot, claiming it if new. When the table
@@ -184,6 +268,111 @@ impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> Keyed<M, B, K, R> {
             let key = self.table.lock(|t| t.borrow().keys[i].clone());
             f(&key, &self.slots[i]);
         }
+    }
+}
+
+/// Every key's writes, as `(key, value)`; see [`Keyed::changes`].
+pub struct KeyedChanges<'t, M: RawMutex, B: Buffer, const K: usize, const R: usize> {
+    table: &'t Keyed<M, B, K, R>,
+    /// This watcher's reader slot in each claimed slot record.
+    reader: [u8; K],
+    /// Slots adopted so far (`reader` is valid below).
+    known: usize,
+    /// Where the next round-robin look starts.
+    cursor: usize,
+}
+
+impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> KeyedChanges<'_, M, B, K, R> {
+    /// Adopts keys claimed since the last look and, with `waker`, asks to
+    /// be woken by the next claim.
+    fn adopt(&mut self, waker: Option<&Waker>) {
+        let mut old = None;
+        self.table.table.lock(|t| {
+            let mut t = t.borrow_mut();
+            if let Some(w) = waker {
+                match &t.watch_waker {
+                    Some(o) if o.will_wake(w) => {}
+                    _ => old = t.watch_waker.replace(w.clone()),
+                }
+            }
+            let len = t.len;
+            self.reader[self.known..len].copy_from_slice(&t.watch_reader[self.known..len]);
+            self.known = len;
+        });
+        // A replaced waker's drop runs foreign code: after the section.
+        drop(old);
+    }
+
+    fn look(&mut self, waker: Option<&Waker>) -> Option<(Key, Result<B::Item, RecvError>)> {
+        self.adopt(waker);
+        let n = self.known;
+        for k in 0..n {
+            let i = (self.cursor + k) % n;
+            let got = match self.table.slots[i]
+                .take(self.reader[i] as usize, waker, false)
+                .take
+            {
+                Take::Empty => continue,
+                Take::Value(v) => Ok(v),
+                Take::Lagged(lost) => Err(RecvError::Lagged(lost)),
+            };
+            self.cursor = i + 1;
+            let key = self.table.table.lock(|t| t.borrow().keys[i].clone());
+            return Some((key, got));
+        }
+        None
+    }
+
+    /// The next key with something new and its value, if any
+    /// (`Err(Lagged)` for a `Ring` slot whose reader fell behind).
+    pub fn try_recv(&mut self) -> Option<(Key, Result<B::Item, RecvError>)> {
+        self.look(None)
+    }
+
+    /// Polls for the next key with something new. Every claimed key and
+    /// the table are registered before `Pending`, so no write is missed.
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<(Key, Result<B::Item, RecvError>)> {
+        match self.look(Some(cx.waker())) {
+            Some(c) => Poll::Ready(c),
+            None => Poll::Pending,
+        }
+    }
+
+    /// Waits for the next key with something new.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a value is taken only in the poll that returns it.
+    pub async fn recv(&mut self) -> (Key, Result<B::Item, RecvError>) {
+        poll_fn(|cx| self.poll_recv(cx)).await
+    }
+}
+
+impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> Drop for KeyedChanges<'_, M, B, K, R> {
+    fn drop(&mut self) {
+        let table = self.table;
+        let old = table.table.lock(|t| {
+            let mut t = t.borrow_mut();
+            for i in 0..t.len {
+                // Keys claimed since the last look have their reader in
+                // the table only.
+                table.slots[i].unsubscribe(t.watch_reader[i] as usize);
+            }
+            t.watched = false;
+            t.watch_waker.take()
+        });
+        drop(old);
+    }
+}
+
+impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> fmt::Debug
+    for KeyedChanges<'_, M, B, K, R>
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedChanges")
+            .field("table", &self.table.name)
+            .field("keys", &self.known)
+            .finish_non_exhaustive()
     }
 }
 

@@ -39,7 +39,7 @@ use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
 
 pub use buffer::{Buffer, Kind, Latest, Mailbox, Ring, Take};
-pub use keyed::{KeyError, KeyWriteError, Keyed, KeyedSink, KEY_MAX_LEN};
+pub use keyed::{Key, KeyError, KeyWriteError, Keyed, KeyedChanges, KeyedSink, KEY_MAX_LEN};
 #[cfg(feature = "alloc")]
 pub use keyed::{KeySlot, KeyedVec};
 pub use reader::{Reader, Recv, Source};
@@ -222,20 +222,23 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
 
     /// Claims a reader slot.
     pub fn subscribe(&self) -> Result<Reader<'_, M, B, R>, SubscribeError> {
-        self.state
-            .lock(|s| {
-                let mut s = s.borrow_mut();
-                let cursor = s.buf.subscribe();
-                let free = s.cursors.iter().position(Option::is_none);
-                match free {
-                    Some(i) => {
-                        s.cursors[i] = Some(cursor);
-                        Ok(i)
-                    }
-                    None => Err(SubscribeError::Full),
+        self.subscribe_slot().map(|i| Reader::new(self, i))
+    }
+
+    /// Claims a reader slot by index; released by [`Self::unsubscribe`].
+    fn subscribe_slot(&self) -> Result<u8, SubscribeError> {
+        self.state.lock(|s| {
+            let mut s = s.borrow_mut();
+            let cursor = s.buf.subscribe();
+            let free = s.cursors.iter().position(Option::is_none);
+            match free {
+                Some(i) => {
+                    s.cursors[i] = Some(cursor);
+                    Ok(i as u8)
                 }
-            })
-            .map(|i| Reader::new(self, i as u8))
+                None => Err(SubscribeError::Full),
+            }
+        })
     }
 
     /// One receive attempt for reader `i`, in one critical section.

@@ -265,3 +265,93 @@ fn keyed_vec_lists_its_keys_in_claim_order() {
     assert_eq!(keys, ["dev2", "dev1"]);
     assert_eq!(t.write("", 5).unwrap_err().value, 5);
 }
+
+#[test]
+fn keyed_changes_wake_on_new_and_known_keys_and_say_which_key() {
+    let t: Keyed<NoopRawMutex, Latest<u32>, 4, 2> = Keyed::new("fleet");
+    t.write("a", 1).unwrap();
+    let mut ch = t.changes().unwrap();
+    // As a reader subscribed now: a `Latest` slot's current value first.
+    let (k, v) = ch.try_recv().unwrap();
+    assert_eq!((k.as_str(), v), ("a", Ok(1)));
+    assert!(ch.try_recv().is_none());
+    let (count, w) = counting_waker();
+    let mut cx = Context::from_waker(&w);
+    assert!(ch.poll_recv(&mut cx).is_pending());
+
+    // A key claimed while parked wakes it, and its first value is there.
+    t.write("b", 2).unwrap();
+    assert_eq!(count.0.load(Ordering::SeqCst), 1, "new key wakes");
+    match ch.poll_recv(&mut cx) {
+        Poll::Ready((k, v)) => assert_eq!((k.as_str(), v), ("b", Ok(2))),
+        Poll::Pending => panic!("new key's value missed"),
+    }
+    assert!(ch.poll_recv(&mut cx).is_pending());
+
+    // A write to a known key wakes it too.
+    t.write("a", 3).unwrap();
+    assert!(count.0.load(Ordering::SeqCst) >= 2, "known key wakes");
+    match ch.poll_recv(&mut cx) {
+        Poll::Ready((k, v)) => assert_eq!((k.as_str(), v), ("a", Ok(3))),
+        Poll::Pending => panic!("known key's value missed"),
+    }
+    // Writes through a slot reference count as well.
+    t.get("b").unwrap().write(5);
+    let (k, v) = ch.try_recv().unwrap();
+    assert_eq!((k.as_str(), v), ("b", Ok(5)));
+    assert!(ch.try_recv().is_none());
+}
+
+#[test]
+fn keyed_changes_are_round_robin_and_report_ring_lag() {
+    let t: Keyed<NoopRawMutex, Ring<u32, 4>, 3, 1> = Keyed::new("s");
+    let mut ch = t.changes().unwrap();
+    for v in 0..3 {
+        t.write("busy", v).unwrap();
+    }
+    t.write("quiet", 100).unwrap();
+    let order: Vec<_> = core::iter::from_fn(|| ch.try_recv())
+        .map(|(k, v)| (std::string::String::from(k.as_str()), v))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            ("busy".into(), Ok(0)),
+            ("quiet".into(), Ok(100)),
+            ("busy".into(), Ok(1)),
+            ("busy".into(), Ok(2)),
+        ],
+        "the quiet key is not starved by the busy one"
+    );
+    for v in 0..6 {
+        t.write("busy", v).unwrap();
+    }
+    let (k, v) = ch.try_recv().unwrap();
+    assert_eq!((k.as_str(), v), ("busy", Err(RecvError::Lagged(2))));
+}
+
+#[test]
+fn keyed_changes_one_at_a_time_and_release_their_reader_slots() {
+    let t: Keyed<NoopRawMutex, Latest<u32>, 2, 1> = Keyed::new("t");
+    t.write("a", 1).unwrap();
+    let ch = t.changes().unwrap();
+    assert_eq!(
+        t.changes().unwrap_err(),
+        SubscribeError::Full,
+        "one watcher"
+    );
+    t.write("b", 2).unwrap();
+    // R = 1: the watcher holds each slot's only reader.
+    assert!(t.get("a").unwrap().subscribe().is_err());
+    assert!(
+        t.get("b").unwrap().subscribe().is_err(),
+        "claimed while watched"
+    );
+    drop(ch);
+    assert!(t.get("a").unwrap().subscribe().is_ok());
+    assert!(t.get("b").unwrap().subscribe().is_ok(), "released on drop");
+    // Readers elsewhere take the slots now: a watcher cannot subscribe.
+    let _ra = t.get("a").unwrap().subscribe().unwrap();
+    assert_eq!(t.changes().unwrap_err(), SubscribeError::Full);
+    assert!(t.get("b").unwrap().subscribe().is_ok(), "rolled back");
+}
