@@ -425,6 +425,9 @@ mod growable {
         hash: u32,
         key: Key,
         record: Record<M, B, R>,
+        /// The watcher's reader slot in `record`, when a
+        /// [`KeyedVecChanges`] existed as the key was claimed.
+        watch_reader: u8,
     }
 
     impl<M: RawMutex, B: Buffer, const R: usize> KeySlot<M, B, R> {
@@ -438,7 +441,12 @@ mod growable {
         }
     }
 
-    type Index<M, B, const R: usize> = Vec<Arc<KeySlot<M, B, R>>>;
+    struct Index<M: RawMutex, B: Buffer, const R: usize> {
+        slots: Vec<Arc<KeySlot<M, B, R>>>,
+        /// A [`KeyedVecChanges`] exists (see [`Keyed::changes`]).
+        watched: bool,
+        watch_waker: Option<Waker>,
+    }
 
     /// A keyed table that grows: one allocation (the slot) per new key.
     /// The index is reserved up front ([`KeyedVec::with_capacity`]); past
@@ -453,13 +461,17 @@ mod growable {
         pub fn with_capacity(name: &'static str, keys: usize) -> Self {
             Self {
                 name,
-                index: Mutex::new(RefCell::new(Vec::with_capacity(keys))),
+                index: Mutex::new(RefCell::new(Index {
+                    slots: Vec::with_capacity(keys),
+                    watched: false,
+                    watch_waker: None,
+                })),
             }
         }
 
         /// Number of claimed keys.
         pub fn len(&self) -> usize {
-            self.index.lock(|i| i.borrow().len())
+            self.index.lock(|i| i.borrow().slots.len())
         }
 
         /// Whether no key is claimed.
@@ -472,6 +484,7 @@ mod growable {
             let h = fnv1a(key.as_bytes());
             self.index.lock(|i| {
                 i.borrow()
+                    .slots
                     .iter()
                     .find(|s| s.hash == h && s.key == key)
                     .cloned()
@@ -482,7 +495,7 @@ mod growable {
         /// a snapshot (no lock held while the caller uses it; one
         /// allocation for the returned `Vec`).
         pub fn slots(&self) -> Vec<Arc<KeySlot<M, B, R>>> {
-            self.index.lock(|i| i.borrow().clone())
+            self.index.lock(|i| i.borrow().slots.clone())
         }
 
         /// Writes `value` to `key`'s slot, claiming it if new; an invalid
@@ -500,21 +513,156 @@ mod growable {
         fn slot_for(&self, key: &str) -> Result<Arc<KeySlot<M, B, R>>, KeyError> {
             check_key(key)?;
             let h = fnv1a(key.as_bytes());
-            self.index.lock(|i| {
+            let mut wake = None;
+            let slot = self.index.lock(|i| {
                 let mut i = i.borrow_mut();
-                if let Some(s) = i.iter().find(|s| s.hash == h && s.key == key) {
+                if let Some(s) = i.slots.iter().find(|s| s.hash == h && s.key == key) {
                     return Ok(Arc::clone(s));
                 }
                 let mut k = Key::new();
                 k.push_str(key).map_err(|_| KeyError::TooLong)?;
+                let record = Record::new(self.name);
+                let mut watch_reader = 0;
+                if i.watched {
+                    // Before the slot is visible: the watcher's reader is
+                    // there for its first write (a fresh record has all
+                    // `R >= 1` reader slots free).
+                    watch_reader = record.subscribe_slot().map_err(|_| KeyError::Full)?;
+                    wake = i.watch_waker.clone();
+                }
                 let s = Arc::new(KeySlot {
                     hash: h,
                     key: k,
-                    record: Record::new(self.name),
+                    record,
+                    watch_reader,
                 });
-                i.push(Arc::clone(&s));
+                i.slots.push(Arc::clone(&s));
                 Ok(s)
+            });
+            if let Some(w) = wake {
+                w.wake();
+            }
+            slot
+        }
+
+        /// A reader over every key's writes, as [`Keyed::changes`]
+        /// (round-robin, keys claimed later included, one per table, one
+        /// reader slot of each key's record). Its list of keys grows with
+        /// the table: a new key costs it one amortised `Vec` push when it
+        /// first looks, never the writer.
+        pub fn changes(&self) -> Result<KeyedVecChanges<'_, M, B, R>, SubscribeError> {
+            self.index.lock(|i| {
+                let mut i = i.borrow_mut();
+                if i.watched {
+                    return Err(SubscribeError::Full);
+                }
+                let mut readers = Vec::with_capacity(i.slots.len());
+                for s in &i.slots {
+                    match s.record.subscribe_slot() {
+                        Ok(r) => readers.push(r),
+                        Err(e) => {
+                            for (s, &r) in i.slots.iter().zip(&readers) {
+                                s.record.unsubscribe(r as usize);
+                            }
+                            return Err(e);
+                        }
+                    }
+                }
+                i.watched = true;
+                Ok(KeyedVecChanges {
+                    index: &self.index,
+                    slots: i.slots.iter().cloned().zip(readers).collect(),
+                    cursor: 0,
+                })
             })
+        }
+    }
+
+    /// Every key's writes of a [`KeyedVec`]; see [`KeyedVec::changes`].
+    pub struct KeyedVecChanges<'t, M: RawMutex, B: Buffer, const R: usize> {
+        index: &'t Mutex<M, RefCell<Index<M, B, R>>>,
+        /// Adopted slots and this watcher's reader slot in each.
+        slots: Vec<(Arc<KeySlot<M, B, R>>, u8)>,
+        cursor: usize,
+    }
+
+    impl<M: RawMutex, B: Buffer, const R: usize> KeyedVecChanges<'_, M, B, R> {
+        fn look(&mut self, waker: Option<&Waker>) -> Option<(Key, Result<B::Item, RecvError>)> {
+            let mut old = None;
+            let mut new: Vec<_> = Vec::new();
+            self.index.lock(|i| {
+                let i = &mut *i.borrow_mut();
+                if let Some(w) = waker {
+                    match &i.watch_waker {
+                        Some(o) if o.will_wake(w) => {}
+                        _ => old = i.watch_waker.replace(w.clone()),
+                    }
+                }
+                if i.slots.len() > self.slots.len() {
+                    new.extend(i.slots[self.slots.len()..].iter().cloned());
+                }
+            });
+            drop(old);
+            for s in new {
+                let r = s.watch_reader;
+                self.slots.push((s, r));
+            }
+            let n = self.slots.len();
+            for k in 0..n {
+                let i = (self.cursor + k) % n;
+                let (slot, r) = &self.slots[i];
+                let got = match slot.record.take(*r as usize, waker, false).take {
+                    Take::Empty => continue,
+                    Take::Value(v) => Ok(v),
+                    Take::Lagged(lost) => Err(RecvError::Lagged(lost)),
+                };
+                self.cursor = i + 1;
+                return Some((slot.key.clone(), got));
+            }
+            None
+        }
+
+        /// See [`KeyedChanges::try_recv`].
+        pub fn try_recv(&mut self) -> Option<(Key, Result<B::Item, RecvError>)> {
+            self.look(None)
+        }
+
+        /// See [`KeyedChanges::poll_recv`].
+        pub fn poll_recv(
+            &mut self,
+            cx: &mut Context<'_>,
+        ) -> Poll<(Key, Result<B::Item, RecvError>)> {
+            match self.look(Some(cx.waker())) {
+                Some(c) => Poll::Ready(c),
+                None => Poll::Pending,
+            }
+        }
+
+        /// See [`KeyedChanges::recv`] (cancel-safe).
+        pub async fn recv(&mut self) -> (Key, Result<B::Item, RecvError>) {
+            poll_fn(|cx| self.poll_recv(cx)).await
+        }
+    }
+
+    impl<M: RawMutex, B: Buffer, const R: usize> Drop for KeyedVecChanges<'_, M, B, R> {
+        fn drop(&mut self) {
+            let old = self.index.lock(|i| {
+                let mut i = i.borrow_mut();
+                for s in &i.slots {
+                    s.record.unsubscribe(s.watch_reader as usize);
+                }
+                i.watched = false;
+                i.watch_waker.take()
+            });
+            drop(old);
+        }
+    }
+
+    impl<M: RawMutex, B: Buffer, const R: usize> fmt::Debug for KeyedVecChanges<'_, M, B, R> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("KeyedVecChanges")
+                .field("keys", &self.slots.len())
+                .finish_non_exhaustive()
         }
     }
 
@@ -532,4 +680,4 @@ mod growable {
 }
 
 #[cfg(feature = "alloc")]
-pub use growable::{KeySlot, KeyedVec};
+pub use growable::{KeySlot, KeyedVec, KeyedVecChanges};

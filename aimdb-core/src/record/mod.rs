@@ -41,7 +41,7 @@ use embassy_sync::blocking_mutex::Mutex;
 pub use buffer::{Buffer, Kind, Latest, Mailbox, Ring, Take};
 pub use keyed::{Key, KeyError, KeyWriteError, Keyed, KeyedChanges, KeyedSink, KEY_MAX_LEN};
 #[cfg(feature = "alloc")]
-pub use keyed::{KeySlot, KeyedVec};
+pub use keyed::{KeySlot, KeyedVec, KeyedVecChanges};
 pub use reader::{Reader, Recv, Source};
 
 use crate::sync::loom_const_fn;

@@ -355,3 +355,34 @@ fn keyed_changes_one_at_a_time_and_release_their_reader_slots() {
     assert_eq!(t.changes().unwrap_err(), SubscribeError::Full);
     assert!(t.get("b").unwrap().subscribe().is_ok(), "rolled back");
 }
+
+#[cfg(feature = "alloc")]
+#[test]
+fn keyed_vec_changes_see_new_and_known_keys_and_release_on_drop() {
+    let t: KeyedVec<NoopRawMutex, Latest<u32>, 1> = KeyedVec::with_capacity("fleet", 4);
+    t.write("a", 1).unwrap();
+    let mut ch = t.changes().unwrap();
+    assert_eq!(
+        t.changes().unwrap_err(),
+        SubscribeError::Full,
+        "one watcher"
+    );
+    let (k, v) = ch.try_recv().unwrap();
+    assert_eq!((k.as_str(), v), ("a", Ok(1)), "current value first");
+    let (count, w) = counting_waker();
+    let mut cx = Context::from_waker(&w);
+    assert!(ch.poll_recv(&mut cx).is_pending());
+    t.write("b", 2).unwrap();
+    assert_eq!(count.0.load(Ordering::SeqCst), 1, "new key wakes");
+    t.write("a", 3).unwrap();
+    let got: Vec<_> = core::iter::from_fn(|| ch.try_recv())
+        .map(|(k, v)| (std::string::String::from(k.as_str()), v))
+        .collect();
+    assert_eq!(got, [("b".into(), Ok(2)), ("a".into(), Ok(3))]);
+    assert!(
+        t.get("b").unwrap().record().subscribe().is_err(),
+        "R = 1 taken"
+    );
+    drop(ch);
+    assert!(t.get("b").unwrap().record().subscribe().is_ok(), "released");
+}
