@@ -39,8 +39,8 @@
 //! | `NoopRawMutex` | `Send`, not `Sync` | do not build: use [`outbound::LocalRoutes`] / [`inbound::LocalDispatch`] | not `Send`: embassy, a tokio `LocalSet`, or a thread of its own |
 //!
 //! The tables hold their links type-erased; the erased type is a type
-//! parameter, `dyn Route + Send` in [`outbound::Routes`] and `dyn Target +
-//! Sync` in [`inbound::Dispatch`] by default, `dyn Route` / `dyn Target`
+//! parameter, `dyn outbound::Route + Send` in [`outbound::Routes`] and `dyn
+//! inbound::Route + Sync` in [`inbound::Dispatch`] by default, `dyn Route`
 //! in the `Local` aliases. A link over a `NoopRawMutex` record is not
 //! `Send`, so it cannot be linked into a default table by mistake: the
 //! compiler names the record. Name the table type when you build it

@@ -7,7 +7,7 @@
 //! file's build, not a user's.
 //!
 //! The routing tables are `Send` in their default flavour (links erased as
-//! `dyn Route + Send` / `dyn Target + Sync`), so a connector that owns or
+//! `dyn outbound::Route + Send` / `dyn inbound::Route + Sync`), so a connector that owns or
 //! borrows them can be `tokio::spawn`ed.
 //!
 //! The other direction matters too: a record over `NoopRawMutex` has no

@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{DispatchError, KeyedLink, Link, LocalDispatch, Stats, Target};
+use aimdb_core::inbound::{DispatchError, KeyedLink, Link, LocalDispatch, Route, Stats};
 use aimdb_core::record::{Keyed, Latest, Reader, Record, Ring, TryRecvError, KEY_MAX_LEN};
 use embassy_sync::blocking_mutex::raw::NoopRawMutex as M;
 
@@ -225,7 +225,7 @@ impl<'r> Links<'r> {
         }
     }
 
-    fn target(&self, t: Tgt) -> &dyn Target {
+    fn target(&self, t: Tgt) -> &dyn Route {
         match t {
             Tgt::Led => &self.led,
             Tgt::Level => &self.level,

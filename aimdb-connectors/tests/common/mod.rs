@@ -11,7 +11,7 @@ use std::time::Duration;
 use aimdb_connectors::framed::{Counters, Error, Framed};
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
-use aimdb_core::inbound::{Dispatch, Target};
+use aimdb_core::inbound::Dispatch;
 use aimdb_core::outbound;
 use aimdb_core::outbound::{Route, Routes};
 use aimdb_core::record::{Buffer, Reader, Record, Ring};
@@ -98,7 +98,7 @@ pub fn routes_over<'a, H: ReadinessHandle<W>, const W: usize, const N: usize>(
 /// Inbound dispatch of `topics[i]` to `links[i]`.
 pub fn dispatch_over<'a, const N: usize, const NODES: usize>(
     topics: &'a [String],
-    links: &'a [impl Target + Sync],
+    links: &'a [impl inbound::Route + Sync],
 ) -> Dispatch<'a, N, NODES> {
     let mut b = Dispatch::<N, NODES>::builder();
     for (t, l) in topics.iter().zip(links) {

@@ -5,14 +5,14 @@ use core::fmt;
 
 use super::{
     edge_hash, reduce, same_target, ConfigError, ConfigErrors, ConfigIssue, Counters, Dispatch,
-    List, Node, Route, Stats, Target, BUCKETS, NIL, NO_KEY,
+    Entry, List, Node, Route, Stats, BUCKETS, NIL, NO_KEY,
 };
 use crate::topic::{fnv1a, topic_hash, Filter};
 
 /// Declares the links of a [`Dispatch`]; see [`Dispatch::builder`].
-pub struct Builder<'a, const N: usize, const NODES: usize, D = dyn Target + Sync + 'a>
+pub struct Builder<'a, const N: usize, const NODES: usize, D = dyn Route + Sync + 'a>
 where
-    D: Target + ?Sized + 'a,
+    D: Route + ?Sized + 'a,
 {
     table: Dispatch<'a, N, NODES, D>,
     calls: usize,
@@ -52,7 +52,7 @@ pub const fn nodes_for(filters: &[&str]) -> usize {
     nodes
 }
 
-impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'a, N, NODES, D> {
+impl<'a, const N: usize, const NODES: usize, D: Route + ?Sized + 'a> Dispatch<'a, N, NODES, D> {
     /// Starts declaring links.
     #[allow(clippy::let_unit_value)]
     pub fn builder() -> Builder<'a, N, NODES, D> {
@@ -86,7 +86,7 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'
     }
 }
 
-impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Builder<'a, N, NODES, D> {
+impl<'a, const N: usize, const NODES: usize, D: Route + ?Sized + 'a> Builder<'a, N, NODES, D> {
     /// Links `filter` to `target`. A filter without wildcards is an exact
     /// route; one with `+` or `#` is a pattern route.
     pub fn link(&mut self, filter: &'a str, target: &'a D) -> &mut Self {
@@ -175,7 +175,7 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Builder<'a
             i = r.next;
         }
         let id = t.routes.len() as u16;
-        let route = Route {
+        let route = Entry {
             filter,
             target,
             hash,
@@ -214,7 +214,7 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Builder<'a
     }
 }
 
-impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'a, N, NODES, D> {
+impl<'a, const N: usize, const NODES: usize, D: Route + ?Sized + 'a> Dispatch<'a, N, NODES, D> {
     fn set_head(&mut self, l: List, id: u16) {
         match l {
             List::Exact(b) => self.exact[b / BUCKETS][b % BUCKETS] = id,
@@ -261,7 +261,7 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'
     }
 }
 
-impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> fmt::Debug
+impl<'a, const N: usize, const NODES: usize, D: Route + ?Sized + 'a> fmt::Debug
     for Builder<'a, N, NODES, D>
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

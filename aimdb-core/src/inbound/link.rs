@@ -13,9 +13,12 @@ use crate::record::{KeyError, KeyedSink, Sink};
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024;
 
 /// The receiving end of an inbound route, type-erased so one table holds
-/// links to records of different types. Implemented by [`Link`] and
-/// [`KeyedLink`].
-pub trait Target {
+/// links to records of different types (the inbound counterpart of
+/// [`outbound::Route`](crate::outbound::Route)). Implemented by [`Link`]
+/// and [`KeyedLink`]; implement it for any other receiver (a channel, a
+/// callback): `deliver` decodes and writes, and on a bad payload returns
+/// the [`DispatchError`] without writing anything.
+pub trait Route {
     /// Name of the record written (for diagnostics).
     fn name(&self) -> &'static str;
     /// Largest payload accepted, in bytes.
@@ -64,7 +67,7 @@ impl<'r, S: ?Sized, D, T> Link<'r, S, D, T> {
     }
 
     /// Overrides whether retained messages are applied
-    /// ([`Target::apply_retained`]); by default they are, except into
+    /// ([`Route::apply_retained`]); by default they are, except into
     /// `Mailbox` records (a command kept by a broker is not executed again
     /// at every start).
     pub const fn with_retained(mut self, apply: bool) -> Self {
@@ -73,7 +76,7 @@ impl<'r, S: ?Sized, D, T> Link<'r, S, D, T> {
     }
 }
 
-impl<S: Sink<T> + ?Sized, D: Decode<T>, T> Target for Link<'_, S, D, T> {
+impl<S: Sink<T> + ?Sized, D: Decode<T>, T> Route for Link<'_, S, D, T> {
     fn name(&self) -> &'static str {
         self.sink.name()
     }
@@ -118,7 +121,7 @@ impl<'r, K: ?Sized, D, T> KeyedLink<'r, K, D, T> {
     }
 }
 
-impl<K: KeyedSink<T> + ?Sized, D: Decode<T>, T> Target for KeyedLink<'_, K, D, T> {
+impl<K: KeyedSink<T> + ?Sized, D: Decode<T>, T> Route for KeyedLink<'_, K, D, T> {
     fn name(&self) -> &'static str {
         self.table.name()
     }

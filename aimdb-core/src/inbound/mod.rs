@@ -54,7 +54,7 @@ use core::fmt;
 
 pub use build::{nodes_for, Builder};
 pub use error::{ConfigError, ConfigErrors, ConfigIssue, DispatchError};
-pub use link::{KeyedLink, Link, Target, DEFAULT_MAX_PAYLOAD};
+pub use link::{KeyedLink, Link, Route, DEFAULT_MAX_PAYLOAD};
 pub use stats::{Counters, Stats};
 
 use crate::connector::FrameSink;
@@ -65,7 +65,7 @@ const NIL: u16 = u16::MAX;
 const BUCKETS: usize = 4;
 const NO_KEY: u8 = u8::MAX;
 
-struct Route<'a, D: ?Sized> {
+struct Entry<'a, D: ?Sized> {
     filter: &'a str,
     target: &'a D,
     hash: u32,
@@ -91,18 +91,18 @@ struct Node<'a> {
 /// Inbound routing table for up to `N` routes and `NODES` trie nodes.
 ///
 /// `D` is the type-erased link the table holds (see
-/// [Threading](crate#threading-model)): `dyn Target + Sync` by default, so the
+/// [Threading](crate#threading-model)): `dyn Route + Sync` by default, so the
 /// table, and a connector future that borrows it, is `Send` when its
-/// records are `Sync`; [`LocalDispatch`] (`dyn Target`) for links into
+/// records are `Sync`; [`LocalDispatch`] (`dyn Route`) for links into
 /// `NoopRawMutex` records.
-pub struct Dispatch<'a, const N: usize, const NODES: usize, D = dyn Target + Sync + 'a>
+pub struct Dispatch<'a, const N: usize, const NODES: usize, D = dyn Route + Sync + 'a>
 where
-    D: Target + ?Sized + 'a,
+    D: Route + ?Sized + 'a,
 {
-    routes: heapless::Vec<Route<'a, D>, N>,
+    routes: heapless::Vec<Entry<'a, D>, N>,
     /// Exact-topic buckets, [`BUCKETS`] per route slot (8 bytes a slot).
     /// With one bucket a slot a full table has about one colliding route
-    /// per two lookups, and passing over it reads a `Route` that is rarely
+    /// per two lookups, and passing over it reads a `Entry` that is rarely
     /// in cache: b1_inbound_dispatch exact at 4096 routes measured 1.14 ×
     /// its 8-route cell with one bucket, 1.10 with two, 1.06–1.09 with four
     /// (AMD EPYC, 2 cores), for 6 bytes more per route slot.
@@ -117,7 +117,7 @@ where
 /// [`Dispatch`] over links that need not be `Sync` (records over
 /// `NoopRawMutex`): for firmware on one executor, or a tokio `LocalSet`.
 pub type LocalDispatch<'a, const N: usize, const NODES: usize> =
-    Dispatch<'a, N, NODES, dyn Target + 'a>;
+    Dispatch<'a, N, NODES, dyn Route + 'a>;
 
 /// A list of routes: an exact bucket, or the routes ending at a trie node.
 #[derive(Clone, Copy)]
@@ -139,7 +139,7 @@ fn same_target<D: ?Sized>(a: &D, b: &D) -> bool {
     core::ptr::addr_eq(a as *const D, b as *const D)
 }
 
-impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'a, N, NODES, D> {
+impl<'a, const N: usize, const NODES: usize, D: Route + ?Sized + 'a> Dispatch<'a, N, NODES, D> {
     const CHECK: () = assert!(
         N >= 1 && N < NIL as usize && NODES >= 1 && NODES < NIL as usize,
         "Dispatch<N, NODES>: both must be in 1..65535"
@@ -166,7 +166,7 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'
     /// [`Self::dispatch`] for a message the transport marks as *retained*
     /// (kept by a broker and replayed to each new subscriber, not sent
     /// now): links that do not apply retained messages
-    /// ([`Target::apply_retained`]: by default, those into `Mailbox`
+    /// ([`Route::apply_retained`]: by default, those into `Mailbox`
     /// records, so an old command is not executed again at every start)
     /// skip it, counted in [`Stats::retained_ignored`]. Returns the number
     /// of records written, 0 if every matching link skipped it.
@@ -339,7 +339,7 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> Dispatch<'
     }
 }
 
-impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> FrameSink
+impl<'a, const N: usize, const NODES: usize, D: Route + ?Sized + 'a> FrameSink
     for Dispatch<'a, N, NODES, D>
 {
     fn dispatch(&mut self, topic: &[u8], payload: &[u8]) -> Result<usize, DispatchError> {
@@ -365,7 +365,7 @@ impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> FrameSink
     }
 }
 
-fn deliver<D: Target + ?Sized>(
+fn deliver<D: Route + ?Sized>(
     t: &D,
     key: Option<&str>,
     payload: &[u8],
@@ -386,7 +386,7 @@ struct Outcome {
 }
 
 impl Outcome {
-    fn deliver<const RETAINED: bool, D: Target + ?Sized>(
+    fn deliver<const RETAINED: bool, D: Route + ?Sized>(
         &mut self,
         t: &D,
         key: Option<&str>,
@@ -418,7 +418,7 @@ impl Outcome {
     }
 }
 
-impl<'a, const N: usize, const NODES: usize, D: Target + ?Sized + 'a> fmt::Debug
+impl<'a, const N: usize, const NODES: usize, D: Route + ?Sized + 'a> fmt::Debug
     for Dispatch<'a, N, NODES, D>
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -316,7 +316,7 @@ struct Probe {
     id: usize,
     hits: std::cell::RefCell<Vec<usize>>,
 }
-impl Target for Probe {
+impl Route for Probe {
     fn name(&self) -> &'static str {
         "probe"
     }
@@ -441,9 +441,9 @@ fn retained_messages_skip_mailbox_links_unless_told_otherwise() {
     let forced: Record<NoopRawMutex, Mailbox<u32>, 1> = Record::new("forced");
     let (ls, lc) = (Link::new(&state, Postcard), Link::new(&cmd, Postcard));
     let lf = Link::new(&forced, Postcard).with_retained(true);
-    assert!(Target::apply_retained(&ls));
-    assert!(!Target::apply_retained(&lc));
-    assert!(Target::apply_retained(&lf));
+    assert!(Route::apply_retained(&ls));
+    assert!(!Route::apply_retained(&lc));
+    assert!(Route::apply_retained(&lf));
     let mut bld = LocalDispatch::<8, 8>::builder();
     bld.link("dev/state", &ls)
         .link("dev/cmd", &lc)

@@ -122,7 +122,7 @@ pub async fn device(link: DeviceLink, readers: DeviceReaders) {
     let dev_in = [
         (
             topics::READINGS,
-            &inbound::Link::new(&READINGS, Postcard) as &(dyn aimdb_core::inbound::Target + Sync),
+            &inbound::Link::new(&READINGS, Postcard) as &(dyn inbound::Route + Sync),
         ),
         (topics::STATUS, &inbound::Link::new(&STATUS, Postcard)),
     ];

@@ -14,7 +14,7 @@ use aimdb_connectors::mqtt::{Config, Counters, Mqtt, QoS, RouteQos, TcpConnect};
 use aimdb_connectors::tokio_io::TokioDelay;
 use aimdb_core::codec::Json;
 use aimdb_core::inbound;
-use aimdb_core::inbound::{Dispatch, Target};
+use aimdb_core::inbound::{Dispatch, Route};
 use aimdb_core::outbound;
 use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Mailbox, Record, RecvError, Ring};
@@ -59,7 +59,7 @@ pub async fn run(
     min_readings: u32,
 ) -> Report {
     let (readings_topic, status_topic) = (format!("{prefix}/readings"), format!("{prefix}/status"));
-    let links: [(&str, &(dyn Target + Sync)); 2] = [
+    let links: [(&str, &(dyn Route + Sync)); 2] = [
         (
             &readings_topic,
             &inbound::Link::new(&READINGS, Json).with_max_payload(256),
