@@ -64,10 +64,17 @@ pub fn split<T: AsyncRead + AsyncWrite>(
     (FromTokio::new(r), FromTokio::new(w))
 }
 
-/// Connects to a TCP address on every attempt of
-/// [`Framed::run_reconnecting`](crate::framed::Framed::run_reconnecting):
-/// `"host:port"`, `"127.0.0.1:7000"`, `"[::1]:7000"`, or a `SocketAddr`
-/// (its text, resolved anew each time). The halves are [`tcp()`]'s.
+/// Connects to a TCP address on every connection attempt:
+/// `"host:port"`, `"127.0.0.1:1883"`, `"[::1]:7000"`, or a `SocketAddr`
+/// (its text, resolved anew each time, off the async threads for names).
+/// It is a [`framed::Connect`] (the halves are [`tcp()`]'s) and, with
+/// feature `mqtt`, an [`mqtt::Connect`](crate::mqtt::Connect) (one stream,
+/// Nagle off).
+///
+/// Owned text rather than a type parameter: a connector future generic
+/// over a borrowed address type (`&'static str`) is not provably `Send` to
+/// rustc (higher-ranked lifetimes in an `async fn` in a trait), which made
+/// `tokio::spawn(mqtt.run(..))` fail for `TcpConnect::new("host:1883")`.
 #[derive(Debug, Clone)]
 pub struct TcpConnect {
     addr: String,

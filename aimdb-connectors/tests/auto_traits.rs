@@ -93,7 +93,8 @@ fn framed_run_over_local_tables_is_not_send() {
 #[cfg(all(feature = "mqtt", feature = "tokio"))]
 #[test]
 fn mqtt_run_over_tcp_is_send_with_thread_safe_records() {
-    use aimdb_connectors::mqtt::{Config, Counters, Mqtt, TcpConnect};
+    use aimdb_connectors::mqtt::{Config, Counters, Mqtt};
+    use aimdb_connectors::tokio_io::TcpConnect;
     use aimdb_connectors::tokio_io::TokioDelay;
     let counters: &'static Counters = leak(Counters::new());
     let (mut d, mut r) = tables!(HostRawMutex);

@@ -11,8 +11,9 @@ mod mosquitto;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use aimdb_connectors::mqtt::{Config, Counters, Mqtt, TcpConnect};
+use aimdb_connectors::mqtt::{Config, Counters, Mqtt};
 use aimdb_connectors::tokio_io;
+use aimdb_connectors::tokio_io::TcpConnect;
 use aimdb_connectors::tokio_io::TokioDelay;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;

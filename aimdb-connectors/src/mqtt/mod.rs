@@ -53,7 +53,7 @@
 //!
 //! - [`Connect`]: opens the byte stream (`embedded_io_async::Read + Write`)
 //!   to the broker: an embassy-net `TcpSocket`, a TLS session, or with
-//!   feature `tokio` the provided [`TcpConnect`] (and with feature `tls`
+//!   feature `tokio` the provided [`TcpConnect`](crate::tokio_io::TcpConnect) (and with feature `tls`
 //!   `TlsConnect`: TLS via rustls);
 //! - [`DelayNs`]: the timer for backoff
 //!   and the connect timeout: `embassy_time::Delay`, or with `tokio`
@@ -102,7 +102,8 @@
 //! ```no_run
 //! # #[cfg(feature = "tokio")]
 //! # async fn demo() {
-//! use aimdb_connectors::mqtt::{Config, Counters, Mqtt, TcpConnect};
+//! use aimdb_connectors::mqtt::{Config, Counters, Mqtt};
+//! use aimdb_connectors::tokio_io::TcpConnect;
 //! use aimdb_connectors::tokio_io::TokioDelay;
 //! use aimdb_core::codec::Postcard;
 //! use aimdb_core::inbound::{self, Dispatch};
@@ -153,8 +154,6 @@ use core::fmt;
 
 pub use cause::{Cause, ConnectFailure};
 pub use counters::{Counters, Stats};
-#[cfg(feature = "tokio")]
-pub use host::TcpConnect;
 #[cfg(feature = "tls")]
 pub use tls::{tls_client_config, TlsConnect, TlsConnectError, TlsSetupError};
 /// The rustls [`TlsConnect`] is built on, for a custom

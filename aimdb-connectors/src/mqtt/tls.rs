@@ -42,7 +42,8 @@ use rustls::{ClientConfig, RootCertStore};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use super::{Connect, ConnectFailure, TcpConnect};
+use super::{Connect, ConnectFailure};
+use crate::tokio_io::TcpConnect;
 
 /// Opens TCP to the broker at `addr`, then TLS with a fixed server name.
 #[derive(Clone)]

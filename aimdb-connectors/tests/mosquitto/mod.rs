@@ -25,7 +25,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aimdb_connectors::mqtt::{Config, Connect, Counters, Mqtt, TcpConnect};
+use aimdb_connectors::mqtt::{Config, Connect, Counters, Mqtt};
+use aimdb_connectors::tokio_io::TcpConnect;
 use aimdb_connectors::tokio_io::TokioDelay;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 

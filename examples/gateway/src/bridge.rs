@@ -11,10 +11,9 @@
 use std::net::SocketAddr;
 
 use aimdb_connectors::framed::{self, Framed};
-use aimdb_connectors::mqtt::{
-    self, Config, Connect, Counters, Mqtt, QoS, RouteQos, TcpConnect, TlsConnect,
-};
+use aimdb_connectors::mqtt::{self, Config, Connect, Counters, Mqtt, QoS, RouteQos, TlsConnect};
 use aimdb_connectors::reconnect::{Backoff, Reconnect};
+use aimdb_connectors::tokio_io::TcpConnect;
 use aimdb_connectors::tokio_io::{self, FromTokio, TokioDelay};
 use aimdb_core::codec::{Json, Postcard};
 use aimdb_core::inbound;

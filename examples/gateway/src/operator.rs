@@ -10,7 +10,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use aimdb_connectors::mqtt::{Config, Counters, Mqtt, QoS, RouteQos, TcpConnect};
+use aimdb_connectors::mqtt::{Config, Counters, Mqtt, QoS, RouteQos};
+use aimdb_connectors::tokio_io::TcpConnect;
 use aimdb_connectors::tokio_io::TokioDelay;
 use aimdb_core::codec::Json;
 use aimdb_core::inbound;
