@@ -53,6 +53,7 @@ const EXPECTED: &[(&str, u64)] = &[
     ("outbound_next_owned", 1),
     ("outbound_next_round_robin", 0),
     ("outbound_next_parked", 0),
+    ("outbound_next_urgent", 0),
     ("connector_roundtrip", 0),
 ];
 
@@ -250,6 +251,29 @@ async fn outbound_rows(out: &mut Vec<Measured>) {
             }
             let m = f.routes.next().await;
             assert_eq!(m.route, i % 8, "served in rotation");
+        })
+        .await,
+    );
+
+    // Urgent: route 0 of 8 is urgent and written every operation while the
+    // seven normal routes are kept ready; the operation pulls until the
+    // urgent value came out (after a burst, one normal route goes first).
+    let mut f = fixtures::outbound_urgent(8);
+    out.push(
+        measure("outbound_next_urgent", async |i| {
+            if i % 8 == 0 {
+                for (k, r) in f.records.iter().enumerate().skip(1) {
+                    r.write((i + k) as u32);
+                }
+            }
+            f.records[0].write(i as u32);
+            loop {
+                let m = f.routes.next().await;
+                if m.route == 0 {
+                    assert!(m.urgent);
+                    break;
+                }
+            }
         })
         .await,
     );

@@ -13,8 +13,9 @@
 //!
 //! Exits non-zero if valgrind is missing, a row fails or is missing, a row
 //! has no limit, or a row is more than [`TOLERANCE`] over its limit in
-//! `data/baselines/b2_instructions.json`, or if the 4096-route parked pull
-//! costs more than [`FLAT`] more than the 8-route one (flatness is about
+//! `data/baselines/b2_instructions.json`, or if a 4096-route parked pull
+//! (a normal route, an urgent route: [`FLAT_ROWS`]) costs more than
+//! [`FLAT`] more than the 8-route one (flatness is about
 //! cost growing with the route count; a larger table that happens to cost
 //! a few instructions less is not a regression). Rows more than
 //! [`IMPROVED`] under their limit are printed so the limit can be tightened
@@ -60,8 +61,11 @@ const IMPROVED: f64 = 0.05;
 /// The 4096-route parked pull may cost this fraction more than the 8-route
 /// one.
 const FLAT: f64 = 0.02;
-/// The rows that must stay flat, smaller route count first.
-const FLAT_ROWS: (&str, &str) = ("outbound_routes_parked_8", "outbound_routes_parked_4096");
+/// The row pairs that must stay flat, smaller route count first.
+const FLAT_ROWS: [(&str, &str); 2] = [
+    ("outbound_routes_parked_8", "outbound_routes_parked_4096"),
+    ("outbound_urgent_parked_8", "outbound_urgent_parked_4096"),
+];
 
 const BASELINE: &str = "data/baselines/b2_instructions.json";
 
@@ -102,6 +106,14 @@ const ROWS: &[(&str, &str)] = &[
     (
         "outbound_routes_parked_4096",
         "parked pull, last of 4096 routes busy",
+    ),
+    (
+        "outbound_urgent_parked_8",
+        "parked pull, the urgent route of 8 busy",
+    ),
+    (
+        "outbound_urgent_parked_4096",
+        "parked pull, the urgent route of 4096 busy",
     ),
     (
         "framed_encode",
@@ -153,7 +165,11 @@ fn written(v: &u32, w: &mut TopicWriter<'_>) -> std::fmt::Result {
 /// registers and parks), writes route `busy`'s record (which wakes the
 /// puller) and pulls again (which delivers).
 fn parked(n: usize, busy: usize) -> Box<dyn FnMut(usize)> {
-    let mut f = fixtures::outbound_static(n);
+    parked_on(fixtures::outbound_static(n), busy)
+}
+
+/// [`parked`] over `f`.
+fn parked_on(mut f: fixtures::Outbound, busy: usize) -> Box<dyn FnMut(usize)> {
     let flag = Arc::new(Flag::default());
     let waker = Waker::from(flag.clone());
     Box::new(move |i| {
@@ -243,6 +259,8 @@ fn operation(row: &str) -> Option<Box<dyn FnMut(usize)>> {
         "outbound_next_parked" => parked(8, 3),
         "outbound_routes_parked_8" => parked(8, 7),
         "outbound_routes_parked_4096" => parked(4096, 4095),
+        "outbound_urgent_parked_8" => parked_on(fixtures::outbound_urgent(8), 0),
+        "outbound_urgent_parked_4096" => parked_on(fixtures::outbound_urgent(4096), 0),
         "framed_encode" => {
             let topics = frame_topics();
             let payloads: Vec<Vec<u8>> = (0..8).map(|k| payload(value(k))).collect();
@@ -441,27 +459,28 @@ fn main() -> ExitCode {
     let mut table = String::new();
 
     let per = |name: &str| measured.iter().find(|&&(r, _)| r == name).map(|m| m.1);
-    let mut flat = Value::Null;
-    if let (Some(small), Some(large)) = (per(FLAT_ROWS.0), per(FLAT_ROWS.1)) {
+    let mut flat = Vec::new();
+    for (small_row, large_row) in FLAT_ROWS {
+        let (Some(small), Some(large)) = (per(small_row), per(large_row)) else {
+            continue;
+        };
         let ratio = large / small;
         let held = ratio <= 1.0 + FLAT;
         let _ = writeln!(
             table,
-            "flat: {} / {} = {ratio:.4} (bound <= 1 + {FLAT}): {}",
-            FLAT_ROWS.1,
-            FLAT_ROWS.0,
+            "flat: {large_row} / {small_row} = {ratio:.4} (bound <= 1 + {FLAT}): {}",
             if held { "held" } else { "BROKEN" }
         );
         if !held {
             problems.push(format!(
-                "{} costs {:.2} % more than {} (bound {} %)",
-                FLAT_ROWS.1,
+                "{large_row} costs {:.2} % more than {small_row} (bound {} %)",
                 (ratio - 1.0) * 100.0,
-                FLAT_ROWS.0,
                 FLAT * 100.0
             ));
         }
-        flat = json!({"rows": [FLAT_ROWS.0, FLAT_ROWS.1], "ratio": ratio, "bound": FLAT, "held": held});
+        flat.push(
+            json!({"rows": [small_row, large_row], "ratio": ratio, "bound": FLAT, "held": held}),
+        );
     }
 
     verdict.print(&rules);

@@ -162,6 +162,16 @@ pub struct Outbound {
 
 /// `n` static-topic routes.
 pub fn outbound_static(n: usize) -> Outbound {
+    outbound_with(n, 0)
+}
+
+/// `n` static-topic routes, route 0 urgent (`Builder::link_urgent`).
+pub fn outbound_urgent(n: usize) -> Outbound {
+    outbound_with(n, 1)
+}
+
+/// `n` static-topic routes, the first `urgent` of them urgent.
+fn outbound_with(n: usize, urgent: usize) -> Outbound {
     let records = records(n);
     let ready: &'static Readiness<WORDS> = leak(Readiness::new());
     let payload: &'static mut [u8] = leak([0x5au8; 64]);
@@ -173,7 +183,11 @@ pub fn outbound_static(n: usize) -> Outbound {
             leak_str(format!("out/{i}")),
             Postcard,
         ));
-        b.link(link);
+        if i < urgent {
+            b.link_urgent(link);
+        } else {
+            b.link(link);
+        }
     }
     let mut routes = Box::new(b.build().unwrap_or_else(|e| panic!("fixture config: {e}")));
     drain(&mut routes);

@@ -110,6 +110,7 @@ impl MessageSource for Script {
             payload: self.msgs[i].1.as_slice(),
             lagged: 0,
             retain: false,
+            urgent: false,
         })
     }
     fn replay_latest(&mut self) {}

@@ -196,3 +196,97 @@ async fn read_one(mut rx: impl Read) -> (Vec<u8>, Vec<u8>) {
         }
     }
 }
+
+/// Messages handed out one per poll, all ready at once, each with its
+/// urgency.
+struct Urgency {
+    msgs: Vec<(&'static str, bool)>,
+    at: Option<usize>,
+    next: usize,
+    stats: outbound::Stats,
+}
+
+impl aimdb_core::connector::MessageSource for Urgency {
+    fn poll_ready(&mut self, _: &mut core::task::Context<'_>) -> core::task::Poll<()> {
+        if self.next == self.msgs.len() {
+            self.at = None;
+            return core::task::Poll::Pending;
+        }
+        self.at = Some(self.next);
+        self.next += 1;
+        core::task::Poll::Ready(())
+    }
+    fn message(&self) -> Option<outbound::Message<'_>> {
+        let (topic, urgent) = self.msgs[self.at?];
+        Some(outbound::Message {
+            route: self.at?,
+            topic,
+            payload: &[1],
+            lagged: 0,
+            retain: false,
+            urgent,
+        })
+    }
+    fn replay_latest(&mut self) {}
+    fn stats(&self) -> &outbound::Stats {
+        &self.stats
+    }
+}
+
+#[test]
+fn urgent_messages_go_ahead_of_normal_ones_in_a_batch() {
+    let pair = Pair::<NoopRawMutex, 256>::new();
+    let counters = Counters::new();
+    let mut framed = Framed::<64, 128>::with_sizes(&counters);
+    let mut source = Urgency {
+        msgs: vec![
+            ("n1", false),
+            ("n2", false),
+            ("u1", true),
+            ("n3", false),
+            ("u2", true),
+        ],
+        at: None,
+        next: 0,
+        stats: outbound::Stats::default(),
+    };
+    let mut dispatch = inbound::LocalDispatch::<1, 1>::builder().build().unwrap();
+    let (rx, tx) = pair.b();
+    let (mut peer_rx, _) = pair.a();
+    let topics = block_on(async {
+        let run = framed.run(rx, tx, &mut dispatch, &mut source);
+        let peer = async {
+            let mut dec = frame::Decoder::<64>::new();
+            let mut held = Vec::new();
+            let mut topics = Vec::new();
+            while topics.len() < 5 {
+                let mut buf = [0u8; 64];
+                let n = peer_rx.read(&mut buf).await.unwrap();
+                held.extend_from_slice(&buf[..n]);
+                loop {
+                    let (got, used) = match dec.push(&held) {
+                        frame::Event::Frame(f, used) => (Some(f.topic.to_vec()), used),
+                        frame::Event::NeedMore => (None, held.len()),
+                        frame::Event::Error(e, _) => panic!("{e:?}"),
+                    };
+                    held.drain(..used);
+                    match got {
+                        Some(t) => topics.push(String::from_utf8(t).unwrap()),
+                        None => break,
+                    }
+                }
+            }
+            topics
+        };
+        match embassy_futures::select::select(run, peer).await {
+            embassy_futures::select::Either::First(e) => panic!("ended: {e}"),
+            embassy_futures::select::Either::Second(t) => t,
+        }
+    });
+    assert_eq!(
+        topics,
+        ["u1", "u2", "n1", "n2", "n3"],
+        "one batch, urgent first"
+    );
+    assert_eq!(counters.snapshot().sent, 5);
+}

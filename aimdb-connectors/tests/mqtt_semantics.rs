@@ -177,3 +177,60 @@ async fn commands_replaced_before_they_were_taken_are_counted() {
     })
     .await;
 }
+
+/// An urgent route goes out before the normal routes that were ready with
+/// it: the connector publishes in pull order, and a pull serves urgent
+/// routes first.
+#[tokio::test]
+async fn an_urgent_route_is_published_before_the_ready_normal_ones() {
+    const NORMAL: usize = 40;
+    static STOP: Record<Cs, Latest<u8>, 1> = Record::new("stop");
+    static READY: Readiness<2> = Readiness::new();
+    let normal: &'static [Record<Cs, Ring<u8, 4>, 1>] = Box::leak(
+        (0..NORMAL)
+            .map(|_| Record::new("n"))
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
+    let topics: Vec<String> = (0..NORMAL).map(|i| format!("prio/n{i:02}")).collect();
+
+    let port = free_port();
+    let broker = Broker::anonymous(port);
+    let mut sub = Sub::start(&broker, "prio-sub", "prio/#").await;
+    let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
+    let mut stop = outbound::Link::new(STOP.subscribe().unwrap(), "prio/stop", Postcard);
+    let mut links: Vec<_> = normal
+        .iter()
+        .zip(&topics)
+        .map(|(r, t)| outbound::Link::new(r.subscribe().unwrap(), t.as_str(), Postcard))
+        .collect();
+    let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
+    let mut b = Routes::<_, 2, 64>::builder(&READY, &mut payload, &mut topic);
+    b.link_urgent(&mut stop);
+    for l in &mut links {
+        b.link(l);
+    }
+    let mut routes = b.build().unwrap();
+    let counters = Counters::new();
+    let (mut rx, mut tx) = ([0u8; 256], [0u8; 2048]);
+    let mut mqtt = connector(config("aimdb-prio"), &mut rx, &mut tx, tcp(port), &counters);
+
+    alongside(mqtt.run(&mut inbound, &mut routes), async {
+        until("connected", || counters.is_connected()).await;
+        // All ready at once, the urgent one written last.
+        for r in normal {
+            r.write(1);
+        }
+        STOP.write(1);
+        let first = sub.next().await;
+        assert_eq!(first, "prio/stop 01", "urgent first");
+        let mut rest = Vec::new();
+        for _ in 0..NORMAL {
+            rest.push(sub.next().await);
+        }
+        rest.sort();
+        let want: Vec<String> = topics.iter().map(|t| format!("{t} 01")).collect();
+        assert_eq!(rest, want, "then every normal route once");
+    })
+    .await;
+}

@@ -14,7 +14,9 @@
 //!   `InboundDispatch`);
 //! - **out**: messages pulled from a [`MessageSource`] (an `OutboundRoutes`)
 //!   are encoded into the transmit buffer and written. Messages that are
-//!   already ready are batched into one write, up to the buffer's size.
+//!   already ready are batched into one write, up to the buffer's size;
+//!   urgent messages ([`Message::urgent`](aimdb_core::outbound::Message::urgent))
+//!   go ahead of the normal ones in the batch.
 //!
 //! Wire format: see [`frame`] (COBS around postcard `(topic, payload)`,
 //! `0x00`-delimited). The largest frame is set by the const parameters:
@@ -541,6 +543,9 @@ async fn write_loop<W: Write, S: MessageSource + ?Sized>(
             out.held = true;
         }
         // Batch whatever is ready right now, up to the buffer's size.
+        // Urgent frames go ahead of the normal ones of the batch (after
+        // frames kept from a broken run, which go first).
+        let mut urgent_end = out.len;
         while out.held {
             let Some(m) = outbound.message() else {
                 // Nothing current (a source other than the one that was
@@ -548,8 +553,15 @@ async fn write_loop<W: Write, S: MessageSource + ?Sized>(
                 out.held = false;
                 break;
             };
+            let urgent = m.urgent;
             match frame::encode(m.topic, m.payload, &mut buf[out.len..]) {
-                Ok(n) => out.len += n,
+                Ok(n) => {
+                    if urgent {
+                        buf[urgent_end..out.len + n].rotate_right(n);
+                        urgent_end += n;
+                    }
+                    out.len += n;
+                }
                 // The batch is full: send it; this message stays held.
                 Err(_) if out.len > 0 => break,
                 Err(_) => bump(&counters.dropped, 1),

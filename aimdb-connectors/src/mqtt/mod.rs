@@ -16,6 +16,9 @@
 //!   error, a broker DISCONNECT, or a broker silent past
 //!   [`Config::ack_timeout_ms`] while publishes await acknowledgement drops
 //!   the connection;
+//! - publishes in the order [`MessageSource`] hands messages out, so
+//!   urgent routes (`outbound::Builder::link_urgent`) go out before the
+//!   normal ones ready with them;
 //! - after a drop it reconnects with bounded exponential [`Backoff`]
 //!   (limited or disabled by [`Reconnect`]), resubscribes, re-sends a
 //!   message whose publish the drop interrupted, and calls

@@ -24,6 +24,26 @@
 //! Encode and topic failures skip that one value, are counted per route and
 //! in [`Stats`], and never stall other routes.
 //!
+//! # Priority
+//!
+//! Routes come in two classes. A route added with
+//! [`Builder::link_urgent`] is *urgent* (up to [`MAX_URGENT`], linked
+//! before the normal routes, so they are routes `0..u`): on every pull, a
+//! ready urgent
+//! route is served before any normal one (round-robin among the urgent
+//! routes), so a value written on it while thousands of normal routes are
+//! ready comes out on the next pull instead of after a full round. Normal
+//! routes keep moving: after [`URGENT_BURST`] (8) urgent messages in a row
+//! while a normal route is ready, the next pull serves one normal route.
+//! So with `k` normal routes ready, each of them is served within
+//! `(URGENT_BURST + 1) * k` pulls however busy the urgent routes are
+//! (within `k` pulls with no urgent traffic). The class is decided by the
+//! route index in the transport's private copy of the bitmap: marking,
+//! parking and taking bits are the same for both classes, a pull costs one
+//! masked test of the first word more than without priorities (b2
+//! `outbound_next_*` rows), and an urgent pull is as flat in the route
+//! count as a normal one (b2 `outbound_urgent_*`); zero allocations.
+//!
 //! Memory: two bytes of tag and one bit per route in the [`Readiness`], one
 //! fat pointer per route here, plus the link itself (its reader, topic and
 //! an error counter); the encode and topic scratches are one per connector.
@@ -88,6 +108,9 @@ pub struct Message<'m> {
     /// `Latest` records, `false` for `Ring` and `Mailbox`; see
     /// [`Link::retained`].
     pub retain: bool,
+    /// The route is urgent ([`Builder::link_urgent`]): a transport that
+    /// batches may send it at once.
+    pub urgent: bool,
 }
 
 /// Counters over all routes. Per-route error counts are on each
@@ -118,6 +141,10 @@ pub enum ConfigError {
     /// Another table is built on the same `Readiness` and not dropped yet
     /// (one consumer per bitmap); `index` is the number of links.
     ReadinessInUse,
+    /// An urgent route linked after a normal one (urgent routes come first).
+    UrgentAfterNormal,
+    /// More than [`MAX_URGENT`] urgent routes.
+    TooManyUrgent,
 }
 
 /// One configuration mistake: which link (declaration order) and why.
@@ -148,6 +175,10 @@ impl fmt::Display for ConfigError {
             Self::ReadinessInUse => {
                 f.write_str("another table consumes this Readiness (one consumer per bitmap)")
             }
+            Self::UrgentAfterNormal => {
+                f.write_str("urgent routes must be linked before any normal route")
+            }
+            Self::TooManyUrgent => write!(f, "more than {MAX_URGENT} urgent routes"),
         }
     }
 }
@@ -163,6 +194,15 @@ impl fmt::Display for ConfigErrors {
     }
 }
 impl core::error::Error for ConfigErrors {}
+
+/// Most urgent routes a table may have (they share the bitmap's first
+/// word).
+pub const MAX_URGENT: usize = 32;
+
+/// Urgent messages served in a row while a normal route is ready, before
+/// the next pull serves one normal route: the bound that keeps normal
+/// routes moving under urgent load (see [Priority](self#priority)).
+pub const URGENT_BURST: u8 = 8;
 
 /// The readiness words (`W` of [`Routes`] and [`Readiness`]) for `routes`
 /// routes: one bit per route, 32 per word.
@@ -203,6 +243,8 @@ pub struct Routes<
     owned: alloc::vec::Vec<u8>,
     current: Option<(usize, Produced)>,
     stats: Stats,
+    /// Routes `0..urgent` are urgent.
+    urgent: usize,
     /// This table holds its bitmap's consumer claim (released on drop).
     claimed: bool,
 }
@@ -260,6 +302,7 @@ where
                 owned: alloc::vec::Vec::new(),
                 current: None,
                 stats: Stats::default(),
+                urgent: 0,
                 claimed: false,
             },
             calls: 0,
@@ -327,6 +370,11 @@ where
     /// Whether there are no routes.
     pub fn is_empty(&self) -> bool {
         self.routes.is_empty()
+    }
+
+    /// Whether route `i` was linked urgent ([`Builder::link_urgent`]).
+    pub fn is_urgent(&self, i: usize) -> bool {
+        i < self.urgent
     }
 
     /// Route `i` (for its name and error count).
@@ -411,6 +459,7 @@ where
                 payload: &[],
                 lagged: 0,
                 retain: false,
+                urgent: false,
             };
         };
         let topic = match p.topic_len {
@@ -431,6 +480,7 @@ where
             payload,
             lagged: p.lagged,
             retain: p.retain,
+            urgent: i < self.urgent,
         }
     }
 }
@@ -442,10 +492,30 @@ where
 {
     /// Adds a route; its index is the number of routes added before it.
     pub fn link(&mut self, route: &'a mut D) -> &mut Self {
+        self.add(route, false)
+    }
+
+    /// Adds an urgent route (a setpoint, an emergency stop): served before
+    /// every normal route on each pull, round-robin among the urgent ones.
+    /// Urgent routes come first: link them before any normal route, at
+    /// most [`MAX_URGENT`] ([`ConfigError::UrgentAfterNormal`],
+    /// [`ConfigError::TooManyUrgent`] otherwise). See
+    /// [Priority](self#priority) for the bound that keeps normal routes
+    /// moving.
+    pub fn link_urgent(&mut self, route: &'a mut D) -> &mut Self {
+        self.add(route, true)
+    }
+
+    fn add(&mut self, route: &'a mut D, urgent: bool) -> &mut Self {
         let index = self.calls;
         self.calls += 1;
+        let routes = &self.routes;
         let err = if let Some(Err(e)) = route.fixed_topic().map(Topic::new) {
             Some(ConfigError::InvalidTopic(e))
+        } else if urgent && routes.urgent < routes.routes.len() {
+            Some(ConfigError::UrgentAfterNormal)
+        } else if urgent && routes.urgent >= MAX_URGENT {
+            Some(ConfigError::TooManyUrgent)
         } else if self.routes.routes.len() >= Readiness::<W>::CAPACITY {
             Some(ConfigError::TooManyRoutes)
         } else {
@@ -458,6 +528,8 @@ where
         if let Some(error) = err {
             self.errors.total += 1;
             let _ = self.errors.issues.push(ConfigIssue { index, error });
+        } else if urgent {
+            self.routes.urgent += 1;
         }
         self
     }
@@ -487,6 +559,7 @@ where
             return Err(errors);
         }
         r.claimed = true;
+        r.pending.set_urgent(r.urgent);
         r.mark_all();
         Ok(r)
     }

@@ -499,3 +499,185 @@ fn one_table_per_readiness_until_it_is_dropped() {
     again.link(&mut b);
     assert!(again.build().is_ok());
 }
+
+/// 4,096 `Latest` routes over one bitmap; the routes in `urgent` (the
+/// first ones) linked urgent.
+type Table4096 = Box<Routes<'static, &'static Readiness<128>, 128, 4096>>;
+
+fn table_4096(urgent: &[usize]) -> (&'static [Record<Cs, Latest<u32>, 1>], Table4096) {
+    let recs: &'static [Record<Cs, Latest<u32>, 1>] = Box::leak(
+        (0..4096)
+            .map(|_| Record::new("r"))
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
+    let links: &'static mut [_] = Box::leak(
+        recs.iter()
+            .map(|r| Link::new(r.subscribe().unwrap(), "t", Postcard))
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
+    let ready: &'static Readiness<128> = leak(Readiness::new());
+    let (p, t) = (Box::leak(Box::new([0u8; 8])), Box::leak(Box::new([0u8; 4])));
+    let mut b = Routes::<_, 128, 4096>::builder(ready, p, t);
+    for (i, l) in links.iter_mut().enumerate() {
+        if urgent.contains(&i) {
+            b.link_urgent(l);
+        } else {
+            b.link(l);
+        }
+    }
+    let mut routes = Box::new(b.build().unwrap());
+    // The build marks every route ready: drain that first look.
+    while poll(&mut routes, Waker::noop()).is_some() {}
+    (recs, routes)
+}
+
+#[test]
+fn urgent_route_written_among_4095_ready_normal_routes_comes_out_on_the_next_pull() {
+    const URGENT: usize = 0;
+    let (recs, mut routes) = table_4096(&[URGENT]);
+    assert!(routes.is_urgent(URGENT) && !routes.is_urgent(1));
+    for (i, r) in recs.iter().enumerate() {
+        if i != URGENT {
+            r.write(i as u32);
+        }
+    }
+    // Part way through the round of normal routes.
+    for _ in 0..100 {
+        let m = poll(&mut routes, Waker::noop()).unwrap();
+        assert_ne!(m.0, URGENT);
+    }
+    recs[URGENT].write(7);
+    let m = routes.poll_next(&mut Context::from_waker(Waker::noop()));
+    match m {
+        Poll::Ready(m) => assert!(m.route == URGENT && m.urgent, "{m:?}"),
+        Poll::Pending => panic!("nothing ready"),
+    }
+    // The other 3,995 normal routes still all come out, once each.
+    let mut rest = std::collections::BTreeSet::new();
+    while let Some(m) = poll(&mut routes, Waker::noop()) {
+        assert!(rest.insert(m.0), "route {} twice", m.0);
+    }
+    assert_eq!(rest.len(), 4095 - 100);
+    assert!(!rest.contains(&URGENT));
+}
+
+#[test]
+fn normal_routes_progress_while_an_urgent_route_is_always_ready() {
+    // One urgent Ring route that always holds more, 63 normal routes ready.
+    let hot: &'static Record<Cs, Ring<u32, 64>, 1> = leak(Record::new("hot"));
+    let recs: &'static [Record<Cs, Latest<u32>, 1>] = Box::leak(
+        (0..63)
+            .map(|_| Record::new("n"))
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
+    let mut hot_link = Link::new(hot.subscribe().unwrap(), "hot", Postcard);
+    let mut links: Vec<_> = recs
+        .iter()
+        .map(|r| Link::new(r.subscribe().unwrap(), "n", Postcard))
+        .collect();
+    let ready: &'static Readiness<2> = leak(Readiness::new());
+    let (mut p, mut t) = ([0u8; 8], [0u8; 4]);
+    let mut b = Routes::<_, 2, 64>::builder(ready, &mut p, &mut t);
+    b.link_urgent(&mut hot_link);
+    for l in &mut links {
+        b.link(l);
+    }
+    let mut routes = b.build().unwrap();
+    while poll(&mut routes, Waker::noop()).is_some() {}
+
+    for r in recs {
+        r.write(1);
+    }
+    let burst = URGENT_BURST as usize;
+    let mut normal_seen = 0;
+    let mut urgent_run = 0;
+    let mut pulls = 0;
+    while normal_seen < recs.len() {
+        // Keep the urgent route ready on every pull.
+        hot.write(pulls as u32);
+        let (route, ..) = poll(&mut routes, Waker::noop()).expect("something is ready");
+        pulls += 1;
+        assert!(
+            pulls <= 2 * (burst + 1) * recs.len(),
+            "normal routes starved"
+        );
+        if route == 0 {
+            urgent_run += 1;
+            assert!(urgent_run <= burst, "{urgent_run} urgent in a row");
+        } else {
+            assert_eq!(urgent_run, burst, "a normal route only after a full burst");
+            urgent_run = 0;
+            normal_seen += 1;
+        }
+    }
+    // The documented bound: k ready normal routes are all served within
+    // (URGENT_BURST + 1) * k pulls.
+    assert_eq!(pulls, (burst + 1) * recs.len());
+}
+
+#[test]
+fn urgent_routes_are_round_robin_among_themselves() {
+    let (recs, mut routes) = table_4096(&[0, 1, 2]);
+    // Normal routes on both sides of the cursor, urgent ones always first
+    // and in turn.
+    for round in 0..3 {
+        recs[3000].write(round);
+        recs[40].write(round);
+        for u in [2usize, 0, 1] {
+            recs[u].write(round);
+        }
+        let order: Vec<_> = core::iter::from_fn(|| poll(&mut routes, Waker::noop()))
+            .map(|m| m.0)
+            .collect();
+        assert_eq!(&order[..3], [0, 1, 2], "round {round}");
+        let mut rest = order[3..].to_vec();
+        rest.sort();
+        assert_eq!(rest, [40, 3000], "round {round}");
+    }
+}
+
+#[test]
+fn urgent_routes_come_first_and_are_bounded() {
+    let recs: &'static [Record<Cs, Latest<u32>, 1>] = Box::leak(
+        (0..34)
+            .map(|_| Record::new("r"))
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
+    let mut links: Vec<_> = recs
+        .iter()
+        .map(|r| Link::new(r.subscribe().unwrap(), "t", Postcard))
+        .collect();
+    let mut late = Link::new(
+        leak(Record::<Cs, Latest<u32>, 1>::new("late"))
+            .subscribe()
+            .unwrap(),
+        "t",
+        Postcard,
+    );
+    let ready: &'static Readiness<2> = leak(Readiness::new());
+    let (mut p, mut t) = ([0u8; 8], [0u8; 4]);
+    let mut b = Routes::<_, 2, 64>::builder(ready, &mut p, &mut t);
+    let (first, rest) = links.split_at_mut(33);
+    for l in first.iter_mut() {
+        b.link_urgent(l);
+    }
+    b.link(&mut rest[0]);
+    b.link_urgent(&mut late);
+    let e = b.build().unwrap_err();
+    let got: Vec<_> = e.issues.iter().map(|i| (i.index, i.error)).collect();
+    assert_eq!(
+        got,
+        [
+            (32, ConfigError::TooManyUrgent),
+            (34, ConfigError::UrgentAfterNormal)
+        ]
+    );
+    assert_eq!(
+        std::string::ToString::to_string(&ConfigError::UrgentAfterNormal),
+        "urgent routes must be linked before any normal route"
+    );
+}

@@ -26,6 +26,42 @@ impl<const W: usize> Bits<W> {
         }
     }
 
+    /// Word 0.
+    #[inline]
+    pub(super) fn word0(&self) -> u32 {
+        self.bits[0]
+    }
+
+    /// Clears route `i` (in word 0), and the summary bit of group 0 if its
+    /// words are all zero now.
+    pub(super) fn clear0(&mut self, i: u32) {
+        self.bits[0] &= !(1 << i);
+        self.fix_group0();
+    }
+
+    /// Takes the bits of `mask` out of word 0 (hidden from `pop`).
+    pub(super) fn take_word0(&mut self, mask: u32) -> u32 {
+        let taken = self.bits[0] & mask;
+        self.bits[0] &= !mask;
+        self.fix_group0();
+        taken
+    }
+
+    /// Puts back what [`Self::take_word0`] took.
+    pub(super) fn put_word0(&mut self, bits: u32) {
+        if bits != 0 {
+            self.bits[0] |= bits;
+            self.summary |= 1;
+        }
+    }
+
+    fn fix_group0(&mut self) {
+        let end = Self::GROUP.min(W);
+        if self.bits[..end].iter().all(|&b| b == 0) {
+            self.summary &= !1;
+        }
+    }
+
     /// Adds the non-zero word `taken` to word `w`, of group `g`.
     #[inline]
     pub(super) fn or_word(&mut self, w: usize, g: usize, taken: u32) {

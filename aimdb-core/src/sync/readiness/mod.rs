@@ -331,13 +331,30 @@ impl<const W: usize> fmt::Debug for Readiness<W> {
     }
 }
 
+use crate::outbound::URGENT_BURST;
+
 /// The transport task's private copy of taken readiness bits, with a
 /// rotating cursor for round-robin service, and the waker it last stored
 /// in the [`Readiness`]. Not shared, not atomic.
+///
+/// Two priority classes: routes `0..urgent` (at most 32, so all in word 0)
+/// are urgent. A pull serves a pending urgent route before any normal one,
+/// round-robin among them, except that after [`URGENT_BURST`] urgent routes
+/// in a row while a normal one is pending, one normal route goes next. The
+/// class is decided here only, by index, so the shared bitmap, its wake-up
+/// protocol, `absorb` and `set` do not know it: a table without urgent
+/// routes pays one masked test of word 0 per pull.
 #[derive(Clone)]
 pub struct Pending<const W: usize> {
     /// Routes taken from the bitmap and not served yet.
     bits: Bits<W>,
+    /// Bits of word 0 that are urgent routes (`0..urgent`).
+    urgent_mask: u32,
+    /// Cursor of the round-robin among the urgent routes.
+    urgent_cursor: u32,
+    /// Urgent routes served in a row; reset by a pull that finds no
+    /// urgent route pending, or that serves a normal one.
+    streak: u8,
     /// A clone of the waker this transport stored in the readiness cell:
     /// comparing against it tells whether the cell needs rewriting without
     /// touching the cell.
@@ -354,6 +371,9 @@ impl<const W: usize> Pending<W> {
     pub const fn new() -> Self {
         Self {
             bits: Bits::new(),
+            urgent_mask: 0,
+            urgent_cursor: 0,
+            streak: 0,
             waker: None,
             direct_due: false,
         }
@@ -514,11 +534,55 @@ impl<const W: usize> Pending<W> {
         self.bits.is_empty()
     }
 
-    /// Takes the next pending route at or after the cursor (wrapping), and
-    /// moves the cursor past it.
+    /// Makes routes `0..n` urgent (`n` at most 32).
+    pub fn set_urgent(&mut self, n: usize) {
+        self.urgent_mask = match n {
+            0 => 0,
+            n if n >= 32 => u32::MAX,
+            n => (1 << n) - 1,
+        };
+    }
+
+    /// Takes the next pending route: an urgent one if any is pending
+    /// (see the type's doc for the bound that keeps normal routes moving),
+    /// else the next at or after the cursor (wrapping), moving the cursor
+    /// past it.
     #[inline]
     pub fn pop(&mut self) -> Option<usize> {
+        if self.urgent_mask != 0 {
+            return self.pop_classes();
+        }
         self.bits.pop()
+    }
+
+    /// [`Self::pop`] for a table with urgent routes.
+    #[cold]
+    fn pop_classes(&mut self) -> Option<usize> {
+        let mask = self.urgent_mask;
+        if self.bits.word0() & mask == 0 {
+            // No urgent route pending: any burst is over.
+            self.streak = 0;
+            return self.bits.pop();
+        }
+        if self.streak >= URGENT_BURST {
+            // A burst is over: one normal route, if one is pending, with
+            // the urgent bits hidden from the normal round-robin.
+            let urgent = self.bits.take_word0(mask);
+            let normal = self.bits.pop();
+            self.bits.put_word0(urgent);
+            if normal.is_some() {
+                self.streak = 0;
+                return normal;
+            }
+        }
+        let u = self.bits.word0() & mask;
+        // Round-robin from the urgent cursor, wrapping.
+        let from = u & (!0u32).checked_shl(self.urgent_cursor).unwrap_or(0);
+        let i = if from != 0 { from } else { u }.trailing_zeros();
+        self.bits.clear0(i);
+        self.urgent_cursor = i + 1;
+        self.streak = self.streak.saturating_add(1);
+        Some(i as usize)
     }
 }
 
