@@ -67,6 +67,8 @@ use std::rc::Rc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+#[path = "b1_outbound_wakeup/latency.rs"]
+mod latency;
 #[path = "b1_outbound_wakeup/xthread.rs"]
 mod xthread;
 
@@ -157,6 +159,8 @@ struct Sink {
     last_len: Cell<usize>,
     topic_bytes: Cell<u64>,
     producer: AtomicWaker,
+    /// Per-message latency, recorded only in the latency pass.
+    stamp: latency::Stamp,
 }
 
 impl Sink {
@@ -168,6 +172,7 @@ impl Sink {
             last_len: Cell::new(0),
             topic_bytes: Cell::new(0),
             producer: AtomicWaker::new(),
+            stamp: latency::Stamp::default(),
         })
     }
 }
@@ -180,6 +185,7 @@ trait Deliver {
 
 impl Deliver for Sink {
     fn push(&self, topic: &str, payload: &[u8]) {
+        self.stamp.at_push();
         let n = payload.len().min(16);
         self.last.borrow_mut()[..n].copy_from_slice(&payload[..n]);
         self.last_len.set(n);
@@ -455,8 +461,10 @@ impl Bench {
                 let rec = &recs[recs.len() - 1];
                 for _ in 0..msgs {
                     *seq += 1;
+                    sink.stamp.before_write();
                     rec.write(value(*seq));
                     sink.wait_for(1).await;
+                    sink.stamp.record();
                 }
             }
             (Input::Records(recs), Scenario::AllBusy) => {
@@ -473,9 +481,11 @@ impl Bench {
             (Input::Floor(h), _) => {
                 for _ in 0..msgs {
                     *seq += 1;
+                    sink.stamp.before_write();
                     h.value.set(Some(value(*seq)));
                     h.consumer.wake();
                     sink.wait_for(1).await;
+                    sink.stamp.record();
                 }
             }
         }
@@ -553,8 +563,9 @@ fn main() {
     } else {
         Vec::new()
     };
+    let probe = latency::measure_probe(&filter, scale());
     let total = start.elapsed();
-    report(&benches, &cross, &locks, &notes, control, total);
+    report(&benches, &cross, &locks, &probe, &notes, control, total);
 }
 
 async fn measure() -> (Vec<Bench>, Vec<String>, u64) {
@@ -618,6 +629,15 @@ async fn measure() -> (Vec<Bench>, Vec<String>, u64) {
             let ns = b.time(b.msgs).await;
             b.samples.push(ns);
         }
+    }
+    // Latency: a separate pass per parked cell, stamped (see `latency`).
+    for b in benches
+        .iter_mut()
+        .filter(|b| !b.skipped && b.scenario == Scenario::Parked)
+    {
+        b.sink.stamp.enable(true);
+        b.drive(b.msgs).await;
+        b.sink.stamp.enable(false);
     }
     for b in benches.iter().filter(|b| !b.skipped) {
         b.check_sink();
@@ -794,6 +814,7 @@ fn report(
     benches: &[Bench],
     cross: &[xthread::Cell],
     locks: &[xthread::LockCell],
+    probe: &[latency::PCell],
     notes: &[String],
     control: u64,
     total: Duration,
@@ -806,8 +827,11 @@ fn report(
     println!(
         "\nfloor has no routes: it is measured once per route-count row so each ratio compares cells run next to each other."
     );
+    print!("{}", latency_table(benches));
     print!("{}", xthread_tables(cross));
+    print!("{}", xthread_latency_table(cross));
     print!("{}", lock_table(locks));
+    print!("{}", probe_tables(probe));
     for n in notes {
         println!("note: {n}");
     }
@@ -817,6 +841,7 @@ fn report(
 
     let mut bounds = bounds(benches);
     bounds.extend(xbounds(cross, locks));
+    bounds.extend(latency_bounds(benches, cross, probe));
     println!("\nbounds (ratios of medians from this run; informational, never a failure):");
     for (i, b) in bounds.iter().enumerate() {
         println!(
@@ -832,13 +857,17 @@ fn report(
         .iter()
         .filter(|b| !b.skipped)
         .map(|b| {
-            cell_json(
+            let mut j = cell_json(
                 b.scenario.name(),
                 b.column.name(),
                 b.routes,
                 Spread::of(&b.samples),
                 b.allocs_per_msg,
-            )
+            );
+            if let Some(p) = b.sink.stamp.percentiles() {
+                j["latency"] = p.json();
+            }
+            j
         })
         .collect();
     for c in cross.iter().filter(|c| !c.skipped) {
@@ -850,8 +879,12 @@ fn report(
             c.allocs_per_msg,
         );
         j["producer"] = json!(c.producer.name());
+        if let Some(p) = c.sink.stamp.percentiles() {
+            j["latency"] = p.json();
+        }
         cells.push(j);
     }
+    cells.extend(probe.iter().map(latency::probe_json));
     for c in locks {
         // `routes` is the number of writer threads (one record each); the
         // cell is ns per write of one thread; allocations are not counted.
@@ -890,6 +923,9 @@ fn report(
         }
         for c in cross {
             println!("{}: {} samples", c.id(), c.samples.len());
+        }
+        for c in probe {
+            println!("{}: {} passes", c.id(), c.samples.len());
         }
         println!("total runtime {:.1} s", total.as_secs_f64());
         return;
@@ -1117,5 +1153,228 @@ fn xbounds(cross: &[xthread::Cell], locks: &[xthread::LockCell]) -> Vec<Bound> {
             held: r <= 1.0,
         });
     }
+    v
+}
+
+/// The same-thread parked cells' latency: p50/p99/p99.9/max per message.
+fn latency_table(benches: &[Bench]) -> String {
+    let mut t = String::new();
+    let title = "\nparked — latency per message (write to sink), p50/p99/p99.9/max ns, from a separate stamped pass";
+    grid(&mut t, benches, Scenario::Parked, title, |b| {
+        match b.and_then(|b| b.sink.stamp.percentiles()) {
+            Some(p) => p.show(),
+            None => "-".to_string(),
+        }
+    });
+    t
+}
+
+/// The cross-thread parked cells' latency, one table per producer.
+fn xthread_latency_table(cross: &[xthread::Cell]) -> String {
+    use xthread::{Column as X, Producer, Scenario as S};
+    let mut t = String::new();
+    for p in [Producer::Thread, Producer::Worker] {
+        if !cross
+            .iter()
+            .any(|c| c.scenario == S::Parked && c.producer == p)
+        {
+            continue;
+        }
+        let cols: Vec<X> = xthread::COLUMNS
+            .into_iter()
+            .filter(|&c| c != X::Scan)
+            .collect();
+        let _ = writeln!(
+            t,
+            "\nxthread_parked (producer: {}) — latency per message, p50/p99/p99.9/max ns",
+            p.name()
+        );
+        let _ = write!(t, "{:>6}", "routes");
+        for c in &cols {
+            let _ = write!(t, "  {:>30}", c.name());
+        }
+        let _ = writeln!(t);
+        for n in ROUTES {
+            let _ = write!(t, "{n:>6}");
+            for &c in &cols {
+                let cell = xthread::find(cross, S::Parked, p, c, n)
+                    .and_then(|x| x.sink.stamp.percentiles())
+                    .map_or("-".to_string(), |l| l.show());
+                let _ = write!(t, "  {cell:>30}");
+            }
+            let _ = writeln!(t);
+        }
+    }
+    t
+}
+
+/// The probe cells: the probe's latency, and ns per message of the rounds.
+fn probe_tables(probe: &[latency::PCell]) -> String {
+    use latency::{Load, PColumn, Side, PCOLUMNS, PROBE_ROUTES};
+    let mut t = String::new();
+    for side in [Side::Same, Side::Cross] {
+        for load in [Load::Busy, Load::Idle] {
+            let cols: Vec<PColumn> = PCOLUMNS
+                .into_iter()
+                .filter(|&c| load == Load::Busy || c == PColumn::OutboundRoutesUrgent)
+                .collect();
+            if !probe.iter().any(|c| c.side == side && c.load == load) {
+                continue;
+            }
+            let _ = writeln!(
+                t,
+                "\n{} ({} thread) — probe latency p50/p99/p99.9/max ns; ns/message of the rounds",
+                load.scenario(),
+                side.name()
+            );
+            let _ = write!(t, "{:>6}", "routes");
+            for c in &cols {
+                let _ = write!(t, "  {:>40}", c.name());
+            }
+            let _ = writeln!(t);
+            for n in PROBE_ROUTES {
+                let _ = write!(t, "{n:>6}");
+                for &c in &cols {
+                    let cell = probe
+                        .iter()
+                        .find(|x| {
+                            x.side == side && x.load == load && x.column == c && x.routes == n
+                        })
+                        .map_or("-".to_string(), |x| {
+                            format!(
+                                "{}; {}",
+                                x.latency().map_or("-".into(), |p| p.show()),
+                                short(Spread::of(&x.samples).median)
+                            )
+                        });
+                    let _ = write!(t, "  {cell:>40}");
+                }
+                let _ = writeln!(t);
+            }
+        }
+    }
+    t
+}
+
+/// The latency bounds of issue-style targets: parked p99 against a task per
+/// route (same and cross thread), and the urgent probe under load against
+/// the same probe alone; plus, informational, the normal probe's p99
+/// beside a task per route's.
+fn latency_bounds(
+    benches: &[Bench],
+    cross: &[xthread::Cell],
+    probe: &[latency::PCell],
+) -> Vec<Bound> {
+    use latency::{Load, PColumn, Side, PROBE_ROUTES};
+    let mut v = Vec::new();
+    let p99 = |b: Option<&Bench>| {
+        b.and_then(|b| b.sink.stamp.percentiles())
+            .map(|p| p.p99 as f64)
+    };
+
+    let mut worst = f64::NAN;
+    let mut detail = String::new();
+    for n in ROUTES {
+        let (Some(a), Some(b)) = (
+            p99(find(benches, Scenario::Parked, Column::OutboundRoutes, n)),
+            p99(find(benches, Scenario::Parked, Column::TaskPerRoute, n)),
+        ) else {
+            continue;
+        };
+        let r = a / b;
+        let _ = write!(detail, " {n}:{r:.2}");
+        if worst.is_nan() || r > worst {
+            worst = r;
+        }
+    }
+    v.push(Bound {
+        name: "parked_p99_outbound_routes_vs_task_per_route",
+        text: format!(
+            "parked p99: outbound_routes / task_per_route, worst {worst:.3} (per count:{detail})"
+        ),
+        ratio: worst,
+        limit: 1.1,
+        held: worst <= 1.1,
+    });
+
+    let xp99 = |p: xthread::Producer, c: xthread::Column, n: usize| {
+        xthread::find(cross, xthread::Scenario::Parked, p, c, n)
+            .and_then(|x| x.sink.stamp.percentiles())
+            .map(|l| l.p99 as f64)
+    };
+    let mut worst = f64::NAN;
+    let mut detail = String::new();
+    for p in [xthread::Producer::Thread, xthread::Producer::Worker] {
+        let _ = write!(detail, " {}:", p.name());
+        for n in ROUTES {
+            let (Some(a), Some(b)) = (
+                xp99(p, xthread::Column::OutboundRoutes, n),
+                xp99(p, xthread::Column::TaskPerRoute, n),
+            ) else {
+                continue;
+            };
+            let r = a / b;
+            let _ = write!(detail, " {n}:{r:.2}");
+            if worst.is_nan() || r > worst {
+                worst = r;
+            }
+        }
+    }
+    v.push(Bound {
+        name: "xthread_parked_p99_outbound_routes_vs_task_per_route",
+        text: format!(
+            "xthread_parked p99: outbound_routes / task_per_route, worst {worst:.3} (per producer and count:{detail})"
+        ),
+        ratio: worst,
+        limit: 1.1,
+        held: worst <= 1.1,
+    });
+
+    let pp99 = |side: Side, load: Load, c: PColumn, n: usize| {
+        probe
+            .iter()
+            .find(|x| x.side == side && x.load == load && x.column == c && x.routes == n)
+            .and_then(|x| x.latency())
+            .map(|p| p.p99 as f64)
+    };
+    let r = match (
+        pp99(Side::Same, Load::Busy, PColumn::OutboundRoutesUrgent, 4096),
+        pp99(Side::Same, Load::Idle, PColumn::OutboundRoutesUrgent, 4096),
+    ) {
+        (Some(a), Some(b)) => a / b,
+        _ => f64::NAN,
+    };
+    v.push(Bound {
+        name: "probe_urgent_4096_busy_vs_idle_p99",
+        text: format!(
+            "probe_under_load, same thread: urgent probe p99 among 4095 busy routes / alone = {r:.3}"
+        ),
+        ratio: r,
+        limit: 2.0,
+        held: r <= 2.0,
+    });
+
+    // Informational: the normal probe beside a task per route.
+    let mut detail = String::new();
+    for side in [Side::Same, Side::Cross] {
+        let _ = write!(detail, " {}:", side.name());
+        for n in PROBE_ROUTES {
+            if let (Some(a), Some(b)) = (
+                pp99(side, Load::Busy, PColumn::OutboundRoutes, n),
+                pp99(side, Load::Busy, PColumn::TaskPerRoute, n),
+            ) {
+                let _ = write!(detail, " {n}:{:.2}", a / b);
+            }
+        }
+    }
+    v.push(Bound {
+        name: "probe_normal_vs_task_per_route_p99",
+        text: format!(
+            "probe_under_load: normal outbound_routes probe p99 / task_per_route p99 (informational, no bound):{detail}"
+        ),
+        ratio: f64::NAN,
+        limit: f64::INFINITY,
+        held: true,
+    });
     v
 }

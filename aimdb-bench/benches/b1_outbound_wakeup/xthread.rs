@@ -136,6 +136,8 @@ pub struct XSink {
     last_len: AtomicUsize,
     topic_len: AtomicUsize,
     producer: AtomicWaker,
+    /// Per-message latency, recorded only in the latency pass.
+    pub stamp: super::latency::Stamp,
 }
 
 impl XSink {
@@ -147,12 +149,14 @@ impl XSink {
             last_len: AtomicUsize::new(0),
             topic_len: AtomicUsize::new(0),
             producer: AtomicWaker::new(),
+            stamp: super::latency::Stamp::default(),
         })
     }
 }
 
 impl Deliver for XSink {
     fn push(&self, topic: &str, payload: &[u8]) {
+        self.stamp.at_push();
         let mut x = 0u64;
         for (i, b) in payload.iter().take(8).enumerate() {
             x |= u64::from(*b) << (8 * i);
@@ -209,7 +213,7 @@ pub struct Cell {
     pub producer: Producer,
     pub column: Column,
     pub routes: usize,
-    sink: Arc<XSink>,
+    pub sink: Arc<XSink>,
     input: Input,
     msgs: usize,
     pub skipped: bool,
@@ -304,8 +308,10 @@ async fn drive(
             for _ in 0..msgs {
                 s += 1;
                 let t = sink.expect(1);
+                sink.stamp.before_write();
                 rec.write(value(s));
                 sink.wait(t).await;
+                sink.stamp.record();
             }
         }
         (Input::Records(recs), Scenario::AllBusy) => {
@@ -324,9 +330,11 @@ async fn drive(
             for _ in 0..msgs {
                 s += 1;
                 let t = sink.expect(1);
+                sink.stamp.before_write();
                 h.value.store(u64::from(value(s)), Ordering::Release);
                 h.consumer.wake();
                 sink.wait(t).await;
+                sink.stamp.record();
             }
         }
     }
@@ -483,6 +491,15 @@ pub fn measure(
             let (ns, _) = c.run(&rt, warm, c.msgs, None);
             c.samples.push(ns);
         }
+    }
+    // Latency: a separate, stamped pass per parked cell.
+    for c in cells
+        .iter()
+        .filter(|c| !c.skipped && c.scenario == Scenario::Parked)
+    {
+        c.sink.stamp.enable(true);
+        c.run(&rt, 0, c.msgs, None);
+        c.sink.stamp.enable(false);
     }
     for c in cells.iter().filter(|c| !c.skipped) {
         c.check_sink();

@@ -681,3 +681,21 @@ fn urgent_routes_come_first_and_are_bounded() {
         "urgent routes must be linked before any normal route"
     );
 }
+
+#[test]
+fn urgent_route_ready_with_4095_others_in_one_absorb_comes_first_and_none_is_lost() {
+    let (recs, mut routes) = table_4096(&[0]);
+    // Everything becomes ready before the transport looks: its first
+    // absorb stops after word 0 for the urgent route and gives the other
+    // groups back.
+    for (i, r) in recs.iter().enumerate().rev() {
+        r.write(i as u32);
+    }
+    assert_eq!(poll(&mut routes, Waker::noop()).map(|m| m.0), Some(0));
+    let mut rest = std::collections::BTreeSet::new();
+    while let Some(m) = poll(&mut routes, Waker::noop()) {
+        assert!(rest.insert(m.0), "route {} twice", m.0);
+    }
+    assert_eq!(rest.len(), 4095, "every normal route once");
+    assert!(!rest.contains(&0));
+}

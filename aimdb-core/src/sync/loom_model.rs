@@ -236,3 +236,48 @@ fn transport_parks_for_real_after_racing_marks() {
         assert_eq!(fresh.0.load(Ordering::SeqCst), 1, "the next mark wakes it");
     });
 }
+
+/// An urgent route (word 0) and a normal one in another word, written from
+/// two threads: when both are ready, the transport stops after word 0 to
+/// serve the urgent one and gives the other group back to the summary
+/// (`republish`); neither value may be lost or delivered twice, and the
+/// transport must not park on the given-back group.
+#[test]
+fn urgent_early_stop_gives_back_the_rest() {
+    loom::model(|| {
+        let recs: &'static [Record<Cs, Latest<u8>, 1>] = Box::leak(
+            (0..33)
+                .map(|_| Record::new("r"))
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+        );
+        let ready = Arc::new(Readiness::<2>::new());
+        let mut links: Vec<_> = recs
+            .iter()
+            .map(|r| Link::new(r.subscribe().unwrap(), "t", Postcard))
+            .collect();
+        let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
+        let mut b = Routes::<_, 2, 33>::builder(ready.clone(), &mut p, &mut t);
+        let (urgent, normal) = links.split_at_mut(1);
+        b.link_urgent(&mut urgent[0]);
+        for l in normal {
+            b.link(l);
+        }
+        let mut routes = b.build().unwrap();
+
+        let wu = loom::thread::spawn(move || recs[0].write(1));
+        let wn = loom::thread::spawn(move || recs[32].write(2));
+        let mut got = [0u8; 2];
+        while got != [1, 1] {
+            let m = block_on(routes.next());
+            match m.route {
+                0 => got[0] += 1,
+                32 => got[1] += 1,
+                r => panic!("route {r} was never written"),
+            }
+            assert!(got[0] <= 1 && got[1] <= 1, "{got:?}");
+        }
+        wu.join().unwrap();
+        wn.join().unwrap();
+    });
+}

@@ -314,6 +314,19 @@ impl<const W: usize> Readiness<W> {
     pub fn wake_transport(&self) {
         self.signal(0);
     }
+
+    /// The transport gives back group bits it took from the summary but
+    /// whose words it did not swap (it stopped early for an urgent route):
+    /// those words still hold their bits, so the groups are marked again,
+    /// as a marker would. Only the running transport calls it, so
+    /// `PARKED` is clear and nobody needs waking; a marker's concurrent
+    /// `fetch_or` commutes with this one.
+    #[cold]
+    fn republish(&self, groups: u32) {
+        if groups != 0 {
+            self.summary.fetch_or(groups & GROUPS, Ordering::AcqRel);
+        }
+    }
 }
 
 impl<const W: usize> Default for Readiness<W> {
@@ -355,6 +368,7 @@ pub struct Pending<const W: usize> {
     /// Urgent routes served in a row; reset by a pull that finds no
     /// urgent route pending, or that serves a normal one.
     streak: u8,
+
     /// A clone of the waker this transport stored in the readiness cell:
     /// comparing against it tells whether the cell needs rewriting without
     /// touching the cell.
@@ -421,6 +435,13 @@ impl<const W: usize> Pending<W> {
                 if taken != 0 {
                     self.bits.or_word(w, g, taken);
                     any = true;
+                    if taken & self.urgent_mask != 0 && w == 0 {
+                        // An urgent route is ready (urgent routes are all
+                        // in word 0, the first word taken): serve it
+                        // before swapping the rest.
+                        ready.republish(groups | u32::from(Self::GROUP > 1));
+                        return true;
+                    }
                 }
             }
         }

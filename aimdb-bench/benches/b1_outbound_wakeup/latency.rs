@@ -1,0 +1,547 @@
+//! Per-message latency in `b1_outbound_wakeup`: HDR histograms of the time
+//! from just before a record write to the sink's push of that value.
+//!
+//! Two uses:
+//!
+//! - the **parked** cells (same-thread and cross-thread) get a latency pass
+//!   of their own after the timed runs: the producer stamps the time before
+//!   each write, the sink stamps its push of that value, and the producer
+//!   records the difference after the value was delivered (so the
+//!   histogram is off the measured path). The timed runs never stamp (the
+//!   sink's check is one flag load, the same in every column), so the cost
+//!   figures are not distorted;
+//! - the **probe_under_load** scenario ([`measure_probe`]): `N - 1` routes
+//!   written every round (as `all_busy`) and one probe route written last
+//!   in each round, stamped; the latency of the probe alone is recorded.
+//!   Columns: `task_per_route`, `outbound_routes` (the probe is the last,
+//!   normal route), `outbound_routes_urgent` (the probe is route 0, linked
+//!   urgent) and `select_all`; `probe_idle` is the same fixture with the
+//!   other routes never written (the reference for the urgent bound). Same
+//!   thread (producer and consumers on one `LocalSet`) and cross thread
+//!   (producer on a plain OS thread, consumers `tokio::spawn`ed on a
+//!   2-worker runtime).
+//!
+//! Histograms: `hdrhistogram`, 1 ns to 60 s, 3 significant digits,
+//! allocated before the pass (recording does not allocate).
+
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::Poll;
+use std::time::Instant;
+
+use aimdb_bench::fixtures::{self, Rec};
+use aimdb_bench::timing::{short, Spread, RUNS};
+use futures::task::AtomicWaker;
+use futures::StreamExt;
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+use super::{encode_push, loops, reader_stream, value, Deliver};
+
+/// Nanoseconds since the first call (one process-wide origin, so a stamp
+/// fits an `AtomicU64`; 0 means "no stamp").
+pub fn now_ns() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    let base = *BASE.get_or_init(Instant::now);
+    base.elapsed().as_nanos() as u64 + 1
+}
+
+/// An empty histogram: 1 ns to 60 s, 3 significant digits.
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds")
+}
+
+/// p50 / p99 / p99.9 / max of a histogram.
+#[derive(Debug, Clone, Copy)]
+pub struct Percentiles {
+    pub p50: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+    pub samples: u64,
+}
+
+impl Percentiles {
+    pub fn of(h: &Histogram<u64>) -> Option<Self> {
+        (!h.is_empty()).then(|| Self {
+            p50: h.value_at_quantile(0.50),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+            samples: h.len(),
+        })
+    }
+
+    /// `p50/p99/p99.9/max` for the human tables.
+    pub fn show(&self) -> String {
+        format!(
+            "{}/{}/{}/{}",
+            short(self.p50 as f64),
+            short(self.p99 as f64),
+            short(self.p999 as f64),
+            short(self.max as f64)
+        )
+    }
+
+    pub fn json(&self) -> Value {
+        json!({
+            "p50_ns": self.p50,
+            "p99_ns": self.p99,
+            "p999_ns": self.p999,
+            "max_ns": self.max,
+            "samples": self.samples,
+        })
+    }
+}
+
+/// The latency half of a sink: off unless a latency pass runs; then the
+/// producer stamps the time before a write, the sink's push of a stamped
+/// value stamps the push (one clock read and a store: the histogram is not
+/// touched on the measured path), and the producer records the difference
+/// once it has seen the value delivered ([`Stamp::record`]).
+pub struct Stamp {
+    on: AtomicBool,
+    at: AtomicU64,
+    pushed: AtomicU64,
+    hist: Mutex<Histogram<u64>>,
+}
+
+impl Default for Stamp {
+    fn default() -> Self {
+        Self {
+            on: AtomicBool::new(false),
+            at: AtomicU64::new(0),
+            pushed: AtomicU64::new(0),
+            hist: Mutex::new(histogram()),
+        }
+    }
+}
+
+impl Stamp {
+    /// Starts (or ends) a latency pass.
+    pub fn enable(&self, on: bool) {
+        self.on.store(on, Ordering::Release);
+    }
+
+    /// Stamps the write about to happen (only during a pass).
+    #[inline]
+    pub fn before_write(&self) {
+        if self.on.load(Ordering::Relaxed) {
+            self.at.store(now_ns(), Ordering::Release);
+        }
+    }
+
+    /// At a push: stamps the push of a stamped value.
+    #[inline]
+    pub fn at_push(&self) {
+        if self.on.load(Ordering::Relaxed) && self.at.load(Ordering::Acquire) != 0 {
+            self.pushed.store(now_ns(), Ordering::Release);
+        }
+    }
+
+    /// After the value was delivered: records push time − write time.
+    pub fn record(&self) {
+        if self.on.load(Ordering::Relaxed) {
+            record(&self.hist, &self.at, &self.pushed);
+        }
+    }
+
+    /// The percentiles recorded so far.
+    pub fn percentiles(&self) -> Option<Percentiles> {
+        Percentiles::of(&self.hist.lock().expect("histogram"))
+    }
+}
+
+/// Takes both stamps and records their difference, if both are there.
+fn record(hist: &Mutex<Histogram<u64>>, at: &AtomicU64, pushed: &AtomicU64) {
+    let (a, p) = (
+        at.swap(0, Ordering::AcqRel),
+        pushed.swap(0, Ordering::AcqRel),
+    );
+    if a != 0 && p != 0 {
+        let _ = hist
+            .lock()
+            .expect("histogram")
+            .record(p.saturating_sub(a).max(1));
+    }
+}
+
+// ------------------------------------------------------- probe_under_load
+
+/// Route counts of the probe scenario.
+pub const PROBE_ROUTES: [usize; 5] = [8, 64, 256, 1024, 4096];
+/// Aimed-at length of one pass.
+const PASS_NS: f64 = 30e6;
+const MIN_ROUNDS: usize = 50;
+const MAX_ROUNDS: usize = 5_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Load {
+    /// The other routes are written every round.
+    Busy,
+    /// Only the probe is written (the reference).
+    Idle,
+}
+
+impl Load {
+    pub fn scenario(self) -> &'static str {
+        match self {
+            Self::Busy => "probe_under_load",
+            Self::Idle => "probe_idle",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Same,
+    Cross,
+}
+
+impl Side {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Same => "same",
+            Self::Cross => "cross",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PColumn {
+    TaskPerRoute,
+    OutboundRoutes,
+    OutboundRoutesUrgent,
+    SelectAll,
+}
+
+pub const PCOLUMNS: [PColumn; 4] = [
+    PColumn::TaskPerRoute,
+    PColumn::OutboundRoutes,
+    PColumn::OutboundRoutesUrgent,
+    PColumn::SelectAll,
+];
+
+impl PColumn {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::TaskPerRoute => "task_per_route",
+            Self::OutboundRoutes => "outbound_routes",
+            Self::OutboundRoutesUrgent => "outbound_routes_urgent",
+            Self::SelectAll => "select_all",
+        }
+    }
+}
+
+/// The probe cells' sink: a count the producer waits for, and the probe's
+/// latency (only pushes on the probe topic are timed).
+pub struct PSink {
+    delivered: AtomicU64,
+    target: AtomicU64,
+    producer: AtomicWaker,
+    probe_topic: usize,
+    stamp: AtomicU64,
+    pushed: AtomicU64,
+    hist: Mutex<Histogram<u64>>,
+}
+
+impl Deliver for PSink {
+    fn push(&self, topic: &str, _payload: &[u8]) {
+        if topic.as_ptr() as usize == self.probe_topic && self.stamp.load(Ordering::Acquire) != 0 {
+            self.pushed.store(now_ns(), Ordering::Release);
+        }
+        let d = self.delivered.fetch_add(1, Ordering::AcqRel) + 1;
+        if d >= self.target.load(Ordering::Acquire) {
+            self.producer.wake();
+        }
+    }
+}
+
+impl PSink {
+    async fn wait(&self, target: u64) {
+        poll_fn(|cx| {
+            if self.delivered.load(Ordering::Acquire) >= target {
+                return Poll::Ready(());
+            }
+            self.producer.register(cx.waker());
+            if self.delivered.load(Ordering::Acquire) >= target {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+    }
+}
+
+/// One probe cell.
+pub struct PCell {
+    pub load: Load,
+    pub side: Side,
+    pub column: PColumn,
+    pub routes: usize,
+    sink: Arc<PSink>,
+    records: &'static [Rec],
+    probe: usize,
+    rounds: usize,
+    seq: u64,
+    /// ns per message of each pass.
+    pub samples: Vec<f64>,
+}
+
+impl PCell {
+    pub fn id(&self) -> String {
+        format!(
+            "{}/{}/{}/{}",
+            self.load.scenario(),
+            self.side.name(),
+            self.column.name(),
+            self.routes
+        )
+    }
+
+    pub fn latency(&self) -> Option<Percentiles> {
+        Percentiles::of(&self.hist())
+    }
+
+    fn hist(&self) -> std::sync::MutexGuard<'_, Histogram<u64>> {
+        self.sink.hist.lock().expect("histogram")
+    }
+
+    /// `rounds` rounds: the busy routes (unless idle), then the stamped
+    /// probe, then wait for the round. ns per message.
+    async fn drive(&mut self, rounds: usize, stamp: bool) -> f64 {
+        let per_round = match self.load {
+            Load::Busy => self.records.len() as u64,
+            Load::Idle => 1,
+        };
+        let sink = &*self.sink;
+        let t = Instant::now();
+        for _ in 0..rounds {
+            self.seq += 1;
+            let v = value(self.seq);
+            let target = sink.target.load(Ordering::Relaxed) + per_round;
+            sink.target.store(target, Ordering::Release);
+            if self.load == Load::Busy {
+                for (i, r) in self.records.iter().enumerate() {
+                    if i != self.probe {
+                        r.write(v);
+                    }
+                }
+            }
+            if stamp {
+                sink.stamp.store(now_ns(), Ordering::Release);
+            }
+            self.records[self.probe].write(v);
+            sink.wait(target).await;
+            if stamp {
+                record(&sink.hist, &sink.stamp, &sink.pushed);
+            }
+        }
+        t.elapsed().as_nanos() as f64 / (rounds as u64 * per_round) as f64
+    }
+
+    fn check(&self) {
+        assert_eq!(
+            self.sink.target.load(Ordering::Acquire),
+            self.sink.delivered.load(Ordering::Acquire),
+            "{}: sink count",
+            self.id()
+        );
+    }
+}
+
+/// A consumer future for `spawn`.
+type Task = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Builds one cell; its consumers are spawned with `spawn`.
+fn build(load: Load, side: Side, column: PColumn, n: usize, spawn: &dyn Fn(Task)) -> PCell {
+    let topics = fixtures::out_topics(n);
+    let (routes, records, probe) = match column {
+        PColumn::OutboundRoutesUrgent => {
+            let f = fixtures::outbound_urgent(n);
+            (Some(f.routes), f.records, 0)
+        }
+        PColumn::OutboundRoutes => {
+            let f = fixtures::outbound_static(n);
+            (Some(f.routes), f.records, n - 1)
+        }
+        PColumn::TaskPerRoute | PColumn::SelectAll => (None, fixtures::records(n), n - 1),
+    };
+    // The probe's pushes are told apart by the topic's address: the table's
+    // own string for the outbound columns, `topics` for the others.
+    let probe_topic = match &routes {
+        Some(r) => r
+            .route(probe)
+            .and_then(|l| l.fixed_topic())
+            .expect("static topic")
+            .as_ptr() as usize,
+        None => topics[probe].as_ptr() as usize,
+    };
+    let sink = Arc::new(PSink {
+        delivered: AtomicU64::new(0),
+        target: AtomicU64::new(0),
+        producer: AtomicWaker::new(),
+        probe_topic,
+        stamp: AtomicU64::new(0),
+        pushed: AtomicU64::new(0),
+        hist: Mutex::new(histogram()),
+    });
+    match (column, routes) {
+        (PColumn::OutboundRoutes | PColumn::OutboundRoutesUrgent, Some(routes)) => {
+            spawn(Box::pin(loops::routes(routes, sink.clone())));
+        }
+        (PColumn::TaskPerRoute, _) => {
+            for (r, &topic) in records.iter().zip(topics) {
+                let reader = r.subscribe().expect("one reader");
+                spawn(Box::pin(loops::per_route(reader, topic, sink.clone())));
+            }
+        }
+        (PColumn::SelectAll, _) => {
+            let streams = records
+                .iter()
+                .zip(topics)
+                .map(|(r, &t)| reader_stream(r.subscribe().expect("one reader"), t));
+            let mut all = futures::stream::select_all(streams);
+            let s = sink.clone();
+            spawn(Box::pin(async move {
+                let mut scratch = [0x5au8; 16];
+                while let Some((topic, v)) = all.next().await {
+                    encode_push(&*s, &mut scratch, topic, v);
+                }
+            }));
+        }
+        _ => unreachable!("outbound columns have a table"),
+    }
+    PCell {
+        load,
+        side,
+        column,
+        routes: n,
+        sink,
+        records,
+        probe,
+        rounds: 0,
+        seq: 0,
+        samples: Vec::new(),
+    }
+}
+
+fn selected(filter: &str, side: Side) -> Vec<(Load, PColumn, usize)> {
+    let mut v = Vec::new();
+    for load in [Load::Busy, Load::Idle] {
+        for column in PCOLUMNS {
+            // The idle reference is the urgent probe alone.
+            if load == Load::Idle && column != PColumn::OutboundRoutesUrgent {
+                continue;
+            }
+            for n in PROBE_ROUTES {
+                let id = format!("{}/{}/{}/{n}", load.scenario(), side.name(), column.name());
+                if id.contains(filter) {
+                    v.push((load, column, n));
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Sizes every cell's passes (about [`PASS_NS`] each), then runs [`RUNS`]
+/// interleaved passes (run 1 of every cell, then run 2, ...), each after an
+/// untimed warm-up; only the timed passes are stamped. The producer is
+/// whoever awaits this: a task of the same `LocalSet`, or a plain thread
+/// blocking on it.
+async fn passes(cells: &mut [PCell], scale: f64) {
+    for c in cells.iter_mut() {
+        c.drive(10, false).await;
+        let ns = c.drive(20, false).await;
+        let per_round = ns
+            * match c.load {
+                Load::Busy => c.routes as f64,
+                Load::Idle => 1.0,
+            };
+        c.rounds = (scale * PASS_NS / per_round).clamp(MIN_ROUNDS as f64, scale * MAX_ROUNDS as f64)
+            as usize;
+    }
+    for _ in 0..RUNS {
+        for c in cells.iter_mut() {
+            c.drive(c.rounds / 10 + 1, false).await;
+            let ns = c.drive(c.rounds, true).await;
+            c.samples.push(ns);
+        }
+    }
+    for c in cells.iter() {
+        c.check();
+    }
+}
+
+/// Every selected probe cell, same thread then cross thread.
+pub fn measure_probe(filter: &str, scale: f64) -> Vec<PCell> {
+    let mut all = Vec::new();
+
+    // Same thread: one LocalSet on a current-thread runtime, the producer a
+    // task of it.
+    let same = selected(filter, Side::Same);
+    if !same.is_empty() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let local = tokio::task::LocalSet::new();
+        let cells = local.block_on(&rt, async {
+            let mut cells: Vec<PCell> = same
+                .into_iter()
+                .map(|(l, c, n)| {
+                    build(l, Side::Same, c, n, &|f| {
+                        tokio::task::spawn_local(f);
+                    })
+                })
+                .collect();
+            // Let every consumer run once and park.
+            for _ in 0..2_000 {
+                tokio::task::yield_now().await;
+            }
+            passes(&mut cells, scale).await;
+            cells
+        });
+        all.extend(cells);
+    }
+
+    // Cross thread: consumers on a 2-worker runtime, the producer this
+    // plain OS thread.
+    let cross = selected(filter, Side::Cross);
+    if !cross.is_empty() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("multi-thread runtime");
+        let handle = rt.handle().clone();
+        let mut cells: Vec<PCell> = cross
+            .into_iter()
+            .map(|(l, c, n)| {
+                build(l, Side::Cross, c, n, &|f| {
+                    handle.spawn(f);
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        futures::executor::block_on(passes(&mut cells, scale));
+        all.extend(cells);
+        // The consumers park for ever: leak the runtime.
+        std::mem::forget(rt);
+    }
+    all
+}
+
+/// The JSON cell of a probe measurement.
+pub fn probe_json(c: &PCell) -> Value {
+    let s = Spread::of(&c.samples);
+    let mut j =
+        aimdb_bench::timing::cell_json(c.load.scenario(), c.column.name(), c.routes, s, f64::NAN);
+    j["allocs_per_msg"] = Value::Null;
+    j["thread"] = json!(c.side.name());
+    j["probe_route"] = json!(c.probe);
+    j["latency"] = c.latency().map_or(Value::Null, |p| p.json());
+    j
+}
