@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo e2e test quickstart fmt-check doc clippy loom nostd firmware footprint b3 bench-gate bench ci deps soak
+.PHONY: demo e2e test quickstart fmt-check doc clippy loom nostd firmware footprint b3 bench-gate bench ci deps soak publish-check
 
 DEVICE_ELF = target-fw/thumbv7m-none-eabi/release/device
 DEVICE_MQTT_ELF = target-fw/thumbv7m-none-eabi/release/device-mqtt
@@ -49,6 +49,12 @@ fmt-check:
 ## intra-doc links, links to private items).
 doc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --all-features --no-deps
+
+## Packaging of the two library crates verified (built from the packaged
+## sources), nothing uploaded. --allow-dirty: CI's own outputs (fuzz
+## corpora, target dirs) are not part of a package either way.
+publish-check:
+	$(CARGO) publish --dry-run --allow-dirty -p aimdb-core -p aimdb-connectors
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
@@ -134,4 +140,4 @@ fuzz-smoke:
 deps:
 	bash scripts/install-deps.sh
 
-ci: deps fmt-check clippy doc test loom nostd firmware e2e bench-gate fuzz-smoke
+ci: deps fmt-check clippy doc publish-check test loom nostd firmware e2e bench-gate fuzz-smoke

@@ -21,7 +21,7 @@
 #                                                 and `rustc=VERSION (ROUTE route)` (aimdb-bench's
 #                                                 b3_on_target runs it under QEMU)
 #
-# Toolchain routes (see docs/firmware.md):
+# Toolchain routes (see docs/FIRMWARE.md):
 #   rustup  - `rustup target list --installed` has thumbv6m-none-eabi and
 #             thumbv7m-none-eabi: plain `cargo`, precompiled core, rust-lld.
 #   debian  - /usr/bin/rustc (Debian's rustc-web) with the library sources in

@@ -19,7 +19,7 @@
 //!   draining them: the per-record `HostRawMutex` against the global
 //!   critical section.
 //!
-//! Columns (see docs/benchmarks.md): `task_per_route` (one task per route over
+//! Columns (see docs/BENCHMARKS.md): `task_per_route` (one task per route over
 //! `Reader::recv`), `outbound_routes` (one task over `Routes::next`),
 //! `select_all` and `stream_map` (one task over N `poll_fn` streams of
 //! `Reader::poll_recv`), and `floor` (parked only: a consumer and the

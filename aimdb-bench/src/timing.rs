@@ -1,6 +1,6 @@
 //! Helpers shared by the timing benches (`b1_*`): a gated allocation
 //! counter, the median/min/max summary of interleaved runs, and the JSON
-//! cell shape of docs/benchmarks.md.
+//! cell shape of docs/BENCHMARKS.md.
 //!
 //! The timing benches count allocations in a separate pass, never inside a
 //! timed loop. [`GatedCounter`] makes that literal: it is a global allocator
@@ -189,7 +189,7 @@ pub fn short(x: f64) -> String {
     }
 }
 
-/// One JSON cell in the shape of docs/benchmarks.md.
+/// One JSON cell in the shape of docs/BENCHMARKS.md.
 pub fn cell_json(
     scenario: &str,
     column: &str,

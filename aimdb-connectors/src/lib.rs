@@ -4,8 +4,89 @@
 //! directions: frames read from the transport go to an
 //! [`inbound::Dispatch`](aimdb_core::inbound::Dispatch); messages pulled
 //! from [`outbound::Routes`](aimdb_core::outbound::Routes) are written to
-//! it. No task
-//! per route, no allocation per message.
+//! it. No task per route, no allocation per message. One implementation
+//! serves embassy and tokio: the byte-stream connectors are written
+//! against `embedded-io-async` `Read`/`Write`.
+//!
+//! | module | what | feature |
+//! | --- | --- | --- |
+//! | [`framed`] | COBS + postcard frames over any byte stream (UART, TCP, UDS, pipes); [`Framed::run`](framed::Framed::run) for one connection, [`Framed::run_reconnecting`](framed::Framed::run_reconnecting) for the reconnect loop | always |
+//! | `mqtt` | an MQTT 5 client connector on minimq, no heap, keep-alive, reconnect, sessions | `mqtt` |
+//! | [`loopback`] | an in-memory duplex pair, for tests and benches | always |
+//! | [`reconnect`] | the backoff and policy both reconnecting connectors use | always |
+//! | `tokio_io` | tokio streams as `embedded-io-async` halves, `TcpConnect`, `UnixConnect`, `TokioDelay`, `run_on_thread` | `tokio` |
+//! | `fault` | a transport wrapper that splits, stalls and closes on a plan, for tests | `testing` |
+//!
+//! Other features: `alloc`, `std` (pass-through to `aimdb-core`), `tls`
+//! (`mqtt::TlsConnect`, rustls), `log` / `defmt` (the crate's logging
+//! shim; `log` wins when both are on). Every combination builds.
+//!
+//! ## On a host
+//!
+//! See `tokio_io` for a framed connector over TCP `tokio::spawn`ed on the
+//! multi-thread runtime, and `mqtt` for the MQTT connector: records over
+//! `aimdb_core::sync::HostRawMutex`, tables leaked or in `static`s, the
+//! connector future spawned.
+//!
+//! ## On firmware
+//!
+//! The same code on an embassy executor: records in `static`s over
+//! `CriticalSectionRawMutex` (shared with interrupts and other tasks;
+//! `NoopRawMutex` records, for one executor, live in a `StaticCell` and
+//! use the `Local` tables), tables in the task, the UART's halves as the
+//! stream.
+//! This function is what an embassy task awaits (with
+//! `embassy_stm32::usart::BufferedUart::split()`, `embassy_nrf`'s
+//! `BufferedUarte`, or any other `embedded-io-async` halves); the device of
+//! `examples/device-app` in this repository is this, in full:
+//!
+//! ```
+//! use aimdb_connectors::framed::{self, Counters, Framed};
+//! use aimdb_core::codec::Postcard;
+//! use aimdb_core::inbound::{self, Dispatch};
+//! use aimdb_core::outbound::{self, Routes};
+//! use aimdb_core::record::{Latest, Mailbox, Record};
+//! use aimdb_core::sync::Readiness;
+//! use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+//! use embedded_io_async::{Read, Write};
+//!
+//! static STATUS: Record<Cs, Latest<u8>, 1> = Record::new("status");
+//! static CMD: Record<Cs, Mailbox<u8>, 1> = Record::new("cmd");
+//! static READY: Readiness<1> = Readiness::new();
+//! static LINK: Counters = Counters::new();
+//!
+//! /// Runs the device link on one UART until it fails.
+//! pub async fn uart_link(rx: impl Read, tx: impl Write) -> framed::Error {
+//!     let mut status = outbound::Link::new(STATUS.subscribe().unwrap(), "dev/status", Postcard);
+//!     let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
+//!     let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic);
+//!     b.link(&mut status);
+//!     let mut routes = b.build().unwrap();
+//!     let cmd = inbound::Link::new(&CMD, Postcard);
+//!     let mut b = Dispatch::<1, 1>::builder();
+//!     b.link("dev/cmd", &cmd);
+//!     let mut dispatch = b.build().unwrap();
+//!     // Small frames on a device: 64 bytes in, 128 out.
+//!     Framed::<64, 128>::with_sizes(&LINK)
+//!         .run(rx, tx, &mut dispatch, &mut routes)
+//!         .await
+//! }
+//!
+//! // Here, the UART is the in-memory pair; the peer reads the status frame
+//! // and hangs up.
+//! let pair = aimdb_connectors::loopback::Pair::<embassy_sync::blocking_mutex::raw::NoopRawMutex, 64>::new();
+//! let ((rx, tx), (mut peer_rx, _)) = (pair.a(), pair.b());
+//! STATUS.write(1);
+//! let peer = async {
+//!     let mut buf = [0u8; 32];
+//!     let n = peer_rx.read(&mut buf).await.unwrap();
+//!     pair.close();
+//!     n
+//! };
+//! let (end, n) = futures::executor::block_on(embassy_futures::join::join(uart_link(rx, tx), peer));
+//! assert_eq!((end, LINK.snapshot().sent), (framed::Error::Closed, 1));
+//! assert!(n > 0);
+//! ```
 //!
 //! ## Counters
 //!
@@ -24,6 +105,7 @@
 //! could not be sent, e.g. too large), `lagged` (values a `Ring` reader
 //! lost before they could be sent).
 #![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 #[cfg(feature = "std")]

@@ -17,6 +17,63 @@
 //!   on that thread), so this also runs connectors over local tables;
 //! - a `LocalSet`, for connectors over `NoopRawMutex` records that share a
 //!   thread with their writers.
+//!
+//! A framed connector over TCP, `tokio::spawn`ed on the multi-thread
+//! runtime with the reconnect loop, and a peer that accepts it (both on
+//! loopback):
+//!
+//! ```
+//! use aimdb_connectors::framed::{self, Counters, Framed};
+//! use aimdb_connectors::reconnect::{Backoff, Reconnect};
+//! use aimdb_connectors::tokio_io::{self, TcpConnect, TokioDelay};
+//! use aimdb_core::codec::Postcard;
+//! use aimdb_core::inbound::Dispatch;
+//! use aimdb_core::outbound::{self, Routes};
+//! use aimdb_core::record::{Latest, Record};
+//! use aimdb_core::sync::{HostRawMutex, Readiness};
+//! use embedded_io_async::Read;
+//!
+//! static TEMP: Record<HostRawMutex, Latest<i16>, 1> = Record::new("temp");
+//! static READY: Readiness<1> = Readiness::new();
+//! static COUNTERS: Counters = Counters::new();
+//!
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() {
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+//! let connect = TcpConnect::new(listener.local_addr().unwrap());
+//!
+//! // The tables live as long as the task: leak them at start-up.
+//! let link = Box::leak(Box::new(outbound::Link::new(TEMP.subscribe().unwrap(), "temp", Postcard)));
+//! let (payload, topic) = (Box::leak(Box::new([0u8; 16])), Box::leak(Box::new([0u8; 0])));
+//! let mut b = Routes::<_, 1, 1>::builder(&READY, payload, topic);
+//! b.link(link);
+//! let mut routes = b.build().unwrap();
+//! let mut dispatch = Dispatch::<1, 1>::builder().build().unwrap();
+//! tokio::spawn(async move {
+//!     let backoff = Backoff { min_ms: 10, max_ms: 1_000 };
+//!     Framed::new(&COUNTERS)
+//!         .run_reconnecting(connect, TokioDelay, Reconnect::Always, backoff, &mut dispatch, &mut routes)
+//!         .await
+//! });
+//!
+//! // The peer: accept, read one frame.
+//! let (stream, _) = listener.accept().await.unwrap();
+//! let (mut rx, _tx) = tokio_io::tcp(stream);
+//! TEMP.write(215);
+//! let (mut buf, mut dec) = ([0u8; 64], framed::frame::Decoder::<64>::new());
+//! loop {
+//!     let n = rx.read(&mut buf).await.unwrap();
+//!     match dec.push(&buf[..n]) {
+//!         framed::frame::Event::NeedMore => continue,
+//!         framed::frame::Event::Frame(f, _) => {
+//!             assert_eq!((f.topic, f.payload), (&b"temp"[..], &[0xae, 0x03][..]));
+//!             break;
+//!         }
+//!         other => panic!("{other:?}"),
+//!     }
+//! }
+//! # }
+//! ```
 
 use core::future::Future;
 use core::time::Duration;

@@ -124,7 +124,23 @@ impl<T: serde::Serialize + ?Sized> EncodeOwned<T> for Postcard {
     }
 }
 
-/// JSON (hosts; feature `json`).
+/// JSON (hosts; feature `json`), for brokers and tools that speak it.
+///
+/// ```
+/// use aimdb_core::codec::{Decode, Encode, Json};
+/// #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+/// struct Setpoint {
+///     room: u8,
+///     celsius: f32,
+/// }
+/// let mut buf = [0u8; 64];
+/// let n = Json.encode(&Setpoint { room: 2, celsius: 21.5 }, &mut buf).unwrap();
+/// assert_eq!(&buf[..n], br#"{"room":2,"celsius":21.5}"#);
+/// let back: Setpoint = Json.decode(&buf[..n]).unwrap();
+/// assert_eq!(back, Setpoint { room: 2, celsius: 21.5 });
+/// // Too small a buffer is an error, never a truncation.
+/// assert!(Json.encode(&Setpoint { room: 2, celsius: 21.5 }, &mut buf[..8]).is_err());
+/// ```
 #[cfg(feature = "json")]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Json;

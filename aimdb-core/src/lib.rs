@@ -74,23 +74,84 @@
 //! | `json` | JSON codec (hosts) |
 //! | `defmt` | `defmt::Format` for the error and kind types |
 //!
-//! ## Example
+//! ## Critical sections on hosts
+//!
+//! This library never picks a `critical-section` implementation (firmware
+//! does: its HAL, or portable-atomic's single-core option). On a host,
+//! records over `CriticalSectionRawMutex` need one: add
+//! `critical-section = { version = "1", features = ["std"] }` to the
+//! binary, or the link fails with `undefined symbol:
+//! _critical_section_1_0_acquire`. Records over `sync::HostRawMutex`
+//! (feature `std`) need none.
+//!
+//! ## Example: the whole path
+//!
+//! A device and a host, each with its own records, an outbound table and
+//! an inbound table, and a "transport" that is the example itself handing
+//! each message to the other side. A connector from `aimdb-connectors`
+//! does the same over a UART, TCP or MQTT, in one future per connection.
 //!
 //! ```
-//! use aimdb_core::record::{Ring, Record};
-//! use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex;
+//! use aimdb_core::codec::Postcard;
+//! use aimdb_core::inbound::{self, Dispatch};
+//! use aimdb_core::outbound::{self, Routes};
+//! use aimdb_core::record::{Latest, Mailbox, Record};
+//! use aimdb_core::sync::Readiness;
+//! use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+//! use futures::executor::block_on;
 //!
-//! static TEMPS: Record<CriticalSectionRawMutex, Ring<i16, 4>, 1> = Record::new("temps");
+//! // Device: a temperature it publishes, a setpoint command it obeys.
+//! static TEMP: Record<Cs, Latest<i16>, 1> = Record::new("temp");
+//! static SETPOINT: Record<Cs, Mailbox<i16>, 1> = Record::new("setpoint");
+//! // Host: its view of the temperature, the command it sends.
+//! static HOST_TEMP: Record<Cs, Latest<i16>, 1> = Record::new("host_temp");
+//! static HOST_CMD: Record<Cs, Mailbox<i16>, 1> = Record::new("host_cmd");
+//! static DEV_READY: Readiness<1> = Readiness::new();
+//! static HOST_READY: Readiness<1> = Readiness::new();
 //!
-//! let mut r = TEMPS.subscribe().unwrap();
-//! for t in 0..6 {
-//!     TEMPS.write(t);
-//! }
-//! // Six writes into a ring of four: the reader lost the two oldest.
-//! assert_eq!(r.try_recv(), Err(aimdb_core::record::TryRecvError::Lagged(2)));
-//! assert_eq!(r.try_recv(), Ok(2));
+//! // Device tables: TEMP goes out on `dev/temp`, `dev/setpoint` comes in.
+//! let mut temp_out = outbound::Link::new(TEMP.subscribe().unwrap(), "dev/temp", Postcard);
+//! let (mut p1, mut t1) = ([0u8; 16], [0u8; 0]);
+//! let mut b = Routes::<_, 1, 1>::builder(&DEV_READY, &mut p1, &mut t1);
+//! b.link(&mut temp_out);
+//! let mut dev_out = b.build().unwrap();
+//! let setpoint_in = inbound::Link::new(&SETPOINT, Postcard);
+//! let mut b = Dispatch::<1, 1>::builder();
+//! b.link("dev/setpoint", &setpoint_in);
+//! let mut dev_in = b.build().unwrap();
+//!
+//! // Host tables, the mirror image.
+//! let temp_in = inbound::Link::new(&HOST_TEMP, Postcard);
+//! let mut b = Dispatch::<1, 1>::builder();
+//! b.link("dev/temp", &temp_in);
+//! let mut host_in = b.build().unwrap();
+//! let mut cmd_out = outbound::Link::new(HOST_CMD.subscribe().unwrap(), "dev/setpoint", Postcard);
+//! let (mut p2, mut t2) = ([0u8; 16], [0u8; 0]);
+//! let mut b = Routes::<_, 1, 1>::builder(&HOST_READY, &mut p2, &mut t2);
+//! b.link(&mut cmd_out);
+//! let mut host_out = b.build().unwrap();
+//!
+//! // The device writes; its routes hand out a message; the host dispatches it.
+//! TEMP.write(215);
+//! let m = block_on(dev_out.next());
+//! assert_eq!((m.topic, m.payload), ("dev/temp", &[0xae, 0x03][..]));
+//! assert_eq!(host_in.dispatch(m.topic.as_bytes(), m.payload), Ok(1));
+//! assert_eq!(HOST_TEMP.latest(), Some(215));
+//!
+//! // And back: a command, taken exactly once by the device's reader.
+//! let mut cmd = SETPOINT.subscribe().unwrap();
+//! HOST_CMD.write(200);
+//! let m = block_on(host_out.next());
+//! assert_eq!(dev_in.dispatch(m.topic.as_bytes(), m.payload), Ok(1));
+//! assert_eq!(cmd.try_recv(), Ok(200));
+//!
+//! // Bad input is counted, never written.
+//! assert!(dev_in.dispatch(b"dev/setpoint", &[0xff]).is_err());
+//! assert_eq!(dev_in.stats().malformed_payload, 1);
+//! assert!(cmd.try_recv().is_err());
 //! ```
 #![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 #[cfg(feature = "alloc")]

@@ -371,6 +371,62 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
     /// Drives one connection in both directions until the transport fails
     /// or the peer closes it. Never returns for bad input.
     ///
+    /// Two connectors over the in-memory [`loopback`](crate::loopback)
+    /// pair, a value each way:
+    ///
+    /// ```
+    /// use aimdb_connectors::framed::{Counters, Framed};
+    /// use aimdb_connectors::loopback::Pair;
+    /// use aimdb_core::codec::Postcard;
+    /// use aimdb_core::inbound::{self, Dispatch};
+    /// use aimdb_core::outbound::{self, Routes};
+    /// use aimdb_core::record::{Latest, Record};
+    /// use aimdb_core::sync::Readiness;
+    /// use embassy_sync::blocking_mutex::raw::{CriticalSectionRawMutex as Cs, NoopRawMutex};
+    ///
+    /// static PING: Record<Cs, Latest<u8>, 1> = Record::new("ping");
+    /// static GOT: Record<Cs, Latest<u8>, 1> = Record::new("got");
+    /// static READY_A: Readiness<1> = Readiness::new();
+    /// static READY_B: Readiness<1> = Readiness::new();
+    /// static COUNT_A: Counters = Counters::new();
+    /// static COUNT_B: Counters = Counters::new();
+    ///
+    /// // Side A publishes PING on `t`; side B writes `t` into GOT.
+    /// let mut out = outbound::Link::new(PING.subscribe().unwrap(), "t", Postcard);
+    /// let (mut p, mut s) = ([0u8; 8], [0u8; 0]);
+    /// let mut b = Routes::<_, 1, 1>::builder(&READY_A, &mut p, &mut s);
+    /// b.link(&mut out);
+    /// let mut a_out = b.build().unwrap();
+    /// let mut a_in = Dispatch::<1, 1>::builder().build().unwrap();
+    /// let got = inbound::Link::new(&GOT, Postcard);
+    /// let mut b = Dispatch::<1, 1>::builder();
+    /// b.link("t", &got);
+    /// let mut b_in = b.build().unwrap();
+    /// let (mut p, mut s) = ([0u8; 8], [0u8; 0]);
+    /// let mut b_out = Routes::<_, 1, 1>::builder(&READY_B, &mut p, &mut s)
+    ///     .build()
+    ///     .unwrap();
+    ///
+    /// let pair = Pair::<NoopRawMutex, 256>::new();
+    /// let ((a_rx, a_tx), (b_rx, b_tx)) = (pair.a(), pair.b());
+    /// let (mut a, mut b) = (Framed::new(&COUNT_A), Framed::new(&COUNT_B));
+    /// let mut watch = GOT.subscribe().unwrap();
+    /// PING.write(42);
+    /// futures::executor::block_on(async {
+    ///     let both = embassy_futures::join::join(
+    ///         a.run(a_rx, a_tx, &mut a_in, &mut a_out),
+    ///         b.run(b_rx, b_tx, &mut b_in, &mut b_out),
+    ///     );
+    ///     // Run until B has the value (the connectors themselves never end
+    ///     // while the pair is open).
+    ///     match embassy_futures::select::select(both, watch.recv()).await {
+    ///         embassy_futures::select::Either::Second(v) => assert_eq!(v, Ok(42)),
+    ///         embassy_futures::select::Either::First(_) => unreachable!("pair closed"),
+    ///     }
+    /// });
+    /// assert_eq!((COUNT_A.snapshot().sent, COUNT_B.snapshot().received), (1, 1));
+    /// ```
+    ///
     /// Outbound frames left unsent by the previous run go first (see the
     /// module docs).
     ///

@@ -96,6 +96,30 @@ impl<S: Sink<T> + ?Sized, D: Decode<T>, T> Route for Link<'_, S, D, T> {
 }
 
 /// An inbound link into a keyed table: the route's key level picks the slot.
+///
+/// ```
+/// use aimdb_core::codec::Postcard;
+/// use aimdb_core::inbound::{Dispatch, DispatchError, KeyedLink};
+/// use aimdb_core::record::{Keyed, Latest};
+/// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+///
+/// // One `Latest<i16>` slot per device id, at most 2 ids.
+/// static TEMPS: Keyed<Cs, Latest<i16>, 2, 1> = Keyed::new("temps");
+/// let link = KeyedLink::new(&TEMPS, Postcard);
+/// let mut b = Dispatch::<1, 4>::builder();
+/// b.link_keyed("sensors/+/temp", 1, &link); // level 1 is the key
+/// let mut d = b.build().unwrap();
+///
+/// assert_eq!(d.dispatch(b"sensors/kitchen/temp", &[0xae, 0x03]), Ok(1));
+/// assert_eq!(d.dispatch(b"sensors/hall/temp", &[0x02]), Ok(1));
+/// assert_eq!(TEMPS.get("kitchen").unwrap().latest(), Some(215));
+/// // A third id: the table is full; counted, nothing written.
+/// assert_eq!(
+///     d.dispatch(b"sensors/cellar/temp", &[0x02]),
+///     Err(DispatchError::KeyTableFull)
+/// );
+/// assert_eq!(d.stats().key_table_full, 1);
+/// ```
 pub struct KeyedLink<'r, K: ?Sized, D, T> {
     table: &'r K,
     decoder: D,

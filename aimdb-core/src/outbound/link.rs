@@ -32,10 +32,31 @@ impl<T> TopicSpec<T> for &str {
 ///
 /// ```
 /// use core::fmt::Write as _;
-/// use aimdb_core::outbound::Written;
-/// struct Reading { id: u8 }
+/// use aimdb_core::codec::Postcard;
+/// use aimdb_core::outbound::{Link, Routes, Written};
+/// use aimdb_core::record::{Record, Ring};
+/// use aimdb_core::sync::Readiness;
+/// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+///
+/// #[derive(Clone, serde::Serialize)]
+/// struct Reading {
+///     id: u8,
+///     temp: i16,
+/// }
+/// static READINGS: Record<Cs, Ring<Reading, 4>, 1> = Record::new("readings");
+/// static READY: Readiness<1> = Readiness::new();
+///
 /// let topic = Written::new(|v: &Reading, w| write!(w, "sensors/{}/temp", v.id));
-/// # let _ = topic;
+/// let mut link = Link::new(READINGS.subscribe().unwrap(), topic, Postcard);
+/// // The topic scratch holds the longest topic written.
+/// let (mut payload, mut scratch) = ([0u8; 16], [0u8; 32]);
+/// let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut scratch);
+/// b.link(&mut link);
+/// let mut routes = b.build().unwrap();
+///
+/// READINGS.write(Reading { id: 7, temp: -3 });
+/// let m = futures::executor::block_on(routes.next());
+/// assert_eq!(m.topic, "sensors/7/temp");
 /// ```
 ///
 /// The result must be a valid topic name of at most the topic scratch's

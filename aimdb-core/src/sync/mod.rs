@@ -9,7 +9,7 @@
 //! summary word (`PARKED`, with an episode count guarding the waker cell),
 //! which saved the separate slot's atomics on every parked message (b1
 //! `parked`, see `aimdb-bench/README.md`). The design's "one waker-slot
-//! type" (`docs/architecture.md`) became these two uses, each of which the
+//! type" (`docs/ARCHITECTURE.md`) became these two uses, each of which the
 //! slot only made slower.
 //!
 //! Everything `unsafe` in `aimdb-core` lives below this module, behind safe

@@ -2,9 +2,9 @@
 //! records, connected by an in-memory frame pipe.
 //!
 //! ```text
-//!  device: TEMPS (Ring) ──► OutboundRoutes ──► pipe ──► InboundDispatch ──► host: readings (keyed by device id)
-//!  device: STATUS (Latest) ─┘                                          └──► host: status
-//!  device: CMD (Mailbox) ◄── InboundDispatch ◄── pipe ◄── OutboundRoutes ◄── host: COMMAND (Mailbox)
+//!  device: TEMPS (Ring) ──► outbound::Routes ──► pipe ──► inbound::Dispatch ──► host: readings (keyed by device id)
+//!  device: STATUS (Latest) ─┘                                              └──► host: status
+//!  device: CMD (Mailbox) ◄── inbound::Dispatch ◄── pipe ◄── outbound::Routes ◄── host: COMMAND (Mailbox)
 //! ```
 //!
 //! The device publishes ten readings, the host sends one command, the device
