@@ -39,6 +39,13 @@ impl<const W: usize> Bits<W> {
         self.fix_group0();
     }
 
+    /// Whether a route is pending outside `mask` (of word 0).
+    pub(super) fn any_outside0(&self, mask: u32) -> bool {
+        self.bits[0] & !mask != 0
+            || self.summary & !1 != 0
+            || self.bits[1..Self::GROUP.min(W)].iter().any(|&b| b != 0)
+    }
+
     /// Takes the bits of `mask` out of word 0 (hidden from `pop`).
     pub(super) fn take_word0(&mut self, mask: u32) -> u32 {
         let taken = self.bits[0] & mask;

@@ -580,30 +580,27 @@ impl<const W: usize> Pending<W> {
     #[cold]
     fn pop_classes(&mut self) -> Option<usize> {
         let mask = self.urgent_mask;
-        if self.bits.word0() & mask == 0 {
-            // No urgent route pending: any burst is over.
-            self.streak = 0;
-            return self.bits.pop();
-        }
-        if self.streak >= URGENT_BURST {
-            // A burst is over: one normal route, if one is pending, with
-            // the urgent bits hidden from the normal round-robin.
-            let urgent = self.bits.take_word0(mask);
-            let normal = self.bits.pop();
-            self.bits.put_word0(urgent);
-            if normal.is_some() {
-                self.streak = 0;
-                return normal;
-            }
-        }
         let u = self.bits.word0() & mask;
-        // Round-robin from the urgent cursor, wrapping.
-        let from = u & (!0u32).checked_shl(self.urgent_cursor).unwrap_or(0);
-        let i = if from != 0 { from } else { u }.trailing_zeros();
-        self.bits.clear0(i);
-        self.urgent_cursor = i + 1;
-        self.streak = self.streak.saturating_add(1);
-        Some(i as usize)
+        // The urgent bits hidden from the normal round-robin below.
+        let mut hidden = 0;
+        if u != 0 {
+            if self.streak < URGENT_BURST || !self.bits.any_outside0(mask) {
+                // Round-robin from the urgent cursor, wrapping.
+                let from = u & (!0u32).checked_shl(self.urgent_cursor).unwrap_or(0);
+                let i = if from != 0 { from } else { u }.trailing_zeros();
+                self.bits.clear0(i);
+                self.urgent_cursor = i + 1;
+                self.streak = self.streak.saturating_add(1);
+                return Some(i as usize);
+            }
+            // A burst is over and a normal route waits: it goes next.
+            hidden = self.bits.take_word0(mask);
+        }
+        // No urgent route pending, or a normal one's turn: a burst is over.
+        self.streak = 0;
+        let normal = self.bits.pop();
+        self.bits.put_word0(hidden);
+        normal
     }
 }
 
