@@ -140,4 +140,4 @@ fuzz-smoke:
 deps:
 	bash scripts/install-deps.sh
 
-ci: deps fmt-check clippy doc publish-check test loom nostd firmware e2e bench-gate fuzz-smoke
+ci: deps fmt-check clippy doc publish-check test loom nostd firmware e2e demo bench-gate fuzz-smoke
