@@ -792,19 +792,37 @@ fn grid(
         .into_iter()
         .filter(|&c| s == Scenario::Parked || c != Column::Floor)
         .collect();
-    let _ = writeln!(t, "{title}");
-    let _ = write!(t, "{:>6}", "routes");
-    for c in &cols {
-        let _ = write!(t, "  {:>26}", c.name());
-    }
-    let _ = writeln!(t);
-    for n in ROUTES
+    let counts: Vec<usize> = ROUTES
         .into_iter()
         .filter(|&n| s == Scenario::Parked || n >= 8)
-    {
+        .collect();
+    let names: Vec<&str> = cols.iter().map(|c| c.name()).collect();
+    rows(t, title, &names, 26, &counts, |n, i| {
+        cell(find(benches, s, cols[i], n))
+    });
+}
+
+/// One table: `title`, a header of column `names`, then a row per route
+/// count with `cell(count, column index)` in each column, right-aligned to
+/// `width`.
+fn rows(
+    t: &mut String,
+    title: &str,
+    names: &[&str],
+    width: usize,
+    counts: &[usize],
+    cell: impl Fn(usize, usize) -> String,
+) {
+    let _ = writeln!(t, "{title}");
+    let _ = write!(t, "{:>6}", "routes");
+    for name in names {
+        let _ = write!(t, "  {name:>width$}");
+    }
+    let _ = writeln!(t);
+    for &n in counts {
         let _ = write!(t, "{n:>6}");
-        for &c in &cols {
-            let _ = write!(t, "  {:>26}", cell(find(benches, s, c, n)));
+        for i in 0..names.len() {
+            let _ = write!(t, "  {:>width$}", cell(n, i));
         }
         let _ = writeln!(t);
     }
@@ -954,30 +972,29 @@ fn xthread_tables(cross: &[xthread::Cell]) -> String {
             if !cross.iter().any(|c| c.scenario == s && c.producer == p) {
                 continue;
             }
-            let _ = writeln!(
-                t,
+            let title = format!(
                 "\n{} (producer: {}) — ns/message, median [min-max] of {RUNS} interleaved runs; allocations/message",
                 s.name(),
                 p.name()
             );
-            let _ = write!(t, "{:>6}", "routes");
-            for c in &cols {
-                let _ = write!(t, "  {:>30}", c.name());
-            }
-            let _ = writeln!(t);
-            for n in ROUTES.into_iter().filter(|&n| s == S::Parked || n >= 8) {
-                let _ = write!(t, "{n:>6}");
-                for &c in &cols {
-                    let cell = match xthread::find(cross, s, p, c, n) {
-                        Some(x) => {
-                            format!("{}; {:.3}", Spread::of(&x.samples).show(), x.allocs_per_msg)
-                        }
-                        None => "-".into(),
-                    };
-                    let _ = write!(t, "  {cell:>30}");
-                }
-                let _ = writeln!(t);
-            }
+            let counts: Vec<usize> = ROUTES
+                .into_iter()
+                .filter(|&n| s == S::Parked || n >= 8)
+                .collect();
+            let names: Vec<&str> = cols.iter().map(|c| c.name()).collect();
+            rows(
+                &mut t,
+                &title,
+                &names,
+                30,
+                &counts,
+                |n, i| match xthread::find(cross, s, p, cols[i], n) {
+                    Some(x) => {
+                        format!("{}; {:.3}", Spread::of(&x.samples).show(), x.allocs_per_msg)
+                    }
+                    None => "-".into(),
+                },
+            );
         }
     }
     t
@@ -1184,26 +1201,16 @@ fn xthread_latency_table(cross: &[xthread::Cell]) -> String {
             .into_iter()
             .filter(|&c| c != X::Scan)
             .collect();
-        let _ = writeln!(
-            t,
+        let title = format!(
             "\nxthread_parked (producer: {}) — latency per message, p50/p99/p99.9/max ns",
             p.name()
         );
-        let _ = write!(t, "{:>6}", "routes");
-        for c in &cols {
-            let _ = write!(t, "  {:>30}", c.name());
-        }
-        let _ = writeln!(t);
-        for n in ROUTES {
-            let _ = write!(t, "{n:>6}");
-            for &c in &cols {
-                let cell = xthread::find(cross, S::Parked, p, c, n)
-                    .and_then(|x| x.sink.stamp.percentiles())
-                    .map_or("-".to_string(), |l| l.show());
-                let _ = write!(t, "  {cell:>30}");
-            }
-            let _ = writeln!(t);
-        }
+        let names: Vec<&str> = cols.iter().map(|c| c.name()).collect();
+        rows(&mut t, &title, &names, 30, &ROUTES, |n, i| {
+            xthread::find(cross, S::Parked, p, cols[i], n)
+                .and_then(|x| x.sink.stamp.percentiles())
+                .map_or("-".to_string(), |l| l.show())
+        });
     }
     t
 }
@@ -1221,36 +1228,26 @@ fn probe_tables(probe: &[latency::PCell]) -> String {
             if !probe.iter().any(|c| c.side == side && c.load == load) {
                 continue;
             }
-            let _ = writeln!(
-                t,
+            let title = format!(
                 "\n{} ({} thread) — probe latency p50/p99/p99.9/max ns; ns/message of the rounds",
                 load.scenario(),
                 side.name()
             );
-            let _ = write!(t, "{:>6}", "routes");
-            for c in &cols {
-                let _ = write!(t, "  {:>40}", c.name());
-            }
-            let _ = writeln!(t);
-            for n in PROBE_ROUTES {
-                let _ = write!(t, "{n:>6}");
-                for &c in &cols {
-                    let cell = probe
-                        .iter()
-                        .find(|x| {
-                            x.side == side && x.load == load && x.column == c && x.routes == n
-                        })
-                        .map_or("-".to_string(), |x| {
-                            format!(
-                                "{}; {}",
-                                x.latency().map_or("-".into(), |p| p.show()),
-                                short(Spread::of(&x.samples).median)
-                            )
-                        });
-                    let _ = write!(t, "  {cell:>40}");
-                }
-                let _ = writeln!(t);
-            }
+            let names: Vec<&str> = cols.iter().map(|c| c.name()).collect();
+            rows(&mut t, &title, &names, 40, &PROBE_ROUTES, |n, i| {
+                probe
+                    .iter()
+                    .find(|x| {
+                        x.side == side && x.load == load && x.column == cols[i] && x.routes == n
+                    })
+                    .map_or("-".to_string(), |x| {
+                        format!(
+                            "{}; {}",
+                            x.latency().map_or("-".into(), |p| p.show()),
+                            short(Spread::of(&x.samples).median)
+                        )
+                    })
+            });
         }
     }
     t
@@ -1272,21 +1269,13 @@ fn latency_bounds(
             .map(|p| p.p99 as f64)
     };
 
-    let mut worst = f64::NAN;
     let mut detail = String::new();
-    for n in ROUTES {
-        let (Some(a), Some(b)) = (
+    let worst = ratios(&mut detail, &ROUTES, |n| {
+        (
             p99(find(benches, Scenario::Parked, Column::OutboundRoutes, n)),
             p99(find(benches, Scenario::Parked, Column::TaskPerRoute, n)),
-        ) else {
-            continue;
-        };
-        let r = a / b;
-        let _ = write!(detail, " {n}:{r:.2}");
-        if worst.is_nan() || r > worst {
-            worst = r;
-        }
-    }
+        )
+    });
     v.push(Bound {
         name: "parked_p99_outbound_routes_vs_task_per_route",
         text: format!(
@@ -1306,18 +1295,14 @@ fn latency_bounds(
     let mut detail = String::new();
     for p in [xthread::Producer::Thread, xthread::Producer::Worker] {
         let _ = write!(detail, " {}:", p.name());
-        for n in ROUTES {
-            let (Some(a), Some(b)) = (
+        let w = ratios(&mut detail, &ROUTES, |n| {
+            (
                 xp99(p, xthread::Column::OutboundRoutes, n),
                 xp99(p, xthread::Column::TaskPerRoute, n),
-            ) else {
-                continue;
-            };
-            let r = a / b;
-            let _ = write!(detail, " {n}:{r:.2}");
-            if worst.is_nan() || r > worst {
-                worst = r;
-            }
+            )
+        });
+        if worst.is_nan() || w > worst {
+            worst = w;
         }
     }
     v.push(Bound {
@@ -1358,14 +1343,12 @@ fn latency_bounds(
     let mut detail = String::new();
     for side in [Side::Same, Side::Cross] {
         let _ = write!(detail, " {}:", side.name());
-        for n in PROBE_ROUTES {
-            if let (Some(a), Some(b)) = (
+        ratios(&mut detail, &PROBE_ROUTES, |n| {
+            (
                 pp99(side, Load::Busy, PColumn::OutboundRoutes, n),
                 pp99(side, Load::Busy, PColumn::TaskPerRoute, n),
-            ) {
-                let _ = write!(detail, " {n}:{:.2}", a / b);
-            }
-        }
+            )
+        });
     }
     v.push(Bound {
         name: "probe_normal_vs_task_per_route_p99",
@@ -1377,4 +1360,24 @@ fn latency_bounds(
         held: true,
     });
     v
+}
+
+/// `a / b` for each count where both exist, appended to `detail` as
+/// ` count:ratio`; the worst (largest), NaN when none.
+fn ratios(
+    detail: &mut String,
+    counts: &[usize],
+    pair: impl Fn(usize) -> (Option<f64>, Option<f64>),
+) -> f64 {
+    let mut worst = f64::NAN;
+    for &n in counts {
+        if let (Some(a), Some(b)) = pair(n) {
+            let r = a / b;
+            let _ = write!(detail, " {n}:{r:.2}");
+            if worst.is_nan() || r > worst {
+                worst = r;
+            }
+        }
+    }
+    worst
 }

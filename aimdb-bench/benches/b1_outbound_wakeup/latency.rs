@@ -24,19 +24,17 @@
 //! Histograms: `hdrhistogram`, 1 ns to 60 s, 3 significant digits,
 //! allocated before the pass (recording does not allocate).
 
-use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::task::Poll;
 use std::time::Instant;
 
 use aimdb_bench::fixtures::{self, Rec};
 use aimdb_bench::timing::{short, Spread, RUNS};
-use futures::task::AtomicWaker;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
+use super::xthread::Tally;
 use super::{encode_push, loops, reader_stream, value, Deliver};
 
 /// Nanoseconds since the first call (one process-wide origin, so a stamp
@@ -237,9 +235,7 @@ impl PColumn {
 /// The probe cells' sink: a count the producer waits for, and the probe's
 /// latency (only pushes on the probe topic are timed).
 pub struct PSink {
-    delivered: AtomicU64,
-    target: AtomicU64,
-    producer: AtomicWaker,
+    tally: Tally,
     probe_topic: usize,
     stamp: AtomicU64,
     pushed: AtomicU64,
@@ -251,27 +247,7 @@ impl Deliver for PSink {
         if topic.as_ptr() as usize == self.probe_topic && self.stamp.load(Ordering::Acquire) != 0 {
             self.pushed.store(now_ns(), Ordering::Release);
         }
-        let d = self.delivered.fetch_add(1, Ordering::AcqRel) + 1;
-        if d >= self.target.load(Ordering::Acquire) {
-            self.producer.wake();
-        }
-    }
-}
-
-impl PSink {
-    async fn wait(&self, target: u64) {
-        poll_fn(|cx| {
-            if self.delivered.load(Ordering::Acquire) >= target {
-                return Poll::Ready(());
-            }
-            self.producer.register(cx.waker());
-            if self.delivered.load(Ordering::Acquire) >= target {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
-        })
-        .await;
+        self.tally.arrived();
     }
 }
 
@@ -321,8 +297,7 @@ impl PCell {
         for _ in 0..rounds {
             self.seq += 1;
             let v = value(self.seq);
-            let target = sink.target.load(Ordering::Relaxed) + per_round;
-            sink.target.store(target, Ordering::Release);
+            let target = sink.tally.expect(per_round);
             if self.load == Load::Busy {
                 for (i, r) in self.records.iter().enumerate() {
                     if i != self.probe {
@@ -334,7 +309,7 @@ impl PCell {
                 sink.stamp.store(now_ns(), Ordering::Release);
             }
             self.records[self.probe].write(v);
-            sink.wait(target).await;
+            sink.tally.wait(target).await;
             if stamp {
                 record(&sink.hist, &sink.stamp, &sink.pushed);
             }
@@ -343,12 +318,7 @@ impl PCell {
     }
 
     fn check(&self) {
-        assert_eq!(
-            self.sink.target.load(Ordering::Acquire),
-            self.sink.delivered.load(Ordering::Acquire),
-            "{}: sink count",
-            self.id()
-        );
+        self.sink.tally.check(&self.id());
     }
 }
 
@@ -380,9 +350,7 @@ fn build(load: Load, side: Side, column: PColumn, n: usize, spawn: &dyn Fn(Task)
         None => topics[probe].as_ptr() as usize,
     };
     let sink = Arc::new(PSink {
-        delivered: AtomicU64::new(0),
-        target: AtomicU64::new(0),
-        producer: AtomicWaker::new(),
+        tally: Tally::default(),
         probe_topic,
         stamp: AtomicU64::new(0),
         pushed: AtomicU64::new(0),

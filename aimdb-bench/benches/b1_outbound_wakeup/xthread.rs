@@ -127,15 +127,65 @@ impl Column {
     }
 }
 
+/// Messages delivered against the count a producer waits for, and the
+/// producer's waker: the thread-safe sinks' common half.
+#[derive(Default)]
+pub struct Tally {
+    delivered: AtomicU64,
+    target: AtomicU64,
+    producer: AtomicWaker,
+}
+
+impl Tally {
+    /// One message delivered; wakes the producer when its count is reached.
+    pub fn arrived(&self) {
+        let d = self.delivered.fetch_add(1, Ordering::AcqRel) + 1;
+        if d >= self.target.load(Ordering::Acquire) {
+            self.producer.wake();
+        }
+    }
+
+    /// Announces `more` messages before they are written; returns the
+    /// count to wait for. Only the producer calls it.
+    pub fn expect(&self, more: u64) -> u64 {
+        let t = self.target.load(Ordering::Relaxed) + more;
+        self.target.store(t, Ordering::Release);
+        t
+    }
+
+    /// Waits until `target` messages were delivered in all.
+    pub async fn wait(&self, target: u64) {
+        poll_fn(|cx| {
+            if self.delivered.load(Ordering::Acquire) >= target {
+                return Poll::Ready(());
+            }
+            self.producer.register(cx.waker());
+            if self.delivered.load(Ordering::Acquire) >= target {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+    }
+
+    /// Panics unless every announced message was delivered.
+    pub fn check(&self, what: &str) {
+        assert_eq!(
+            self.target.load(Ordering::Acquire),
+            self.delivered.load(Ordering::Acquire),
+            "{what}: sink count"
+        );
+    }
+}
+
 /// The thread-safe sink: a count, the last payload's first bytes, the
 /// count the producer waits for and its waker.
 pub struct XSink {
-    delivered: AtomicU64,
-    target: AtomicU64,
+    tally: Tally,
     last: AtomicU64,
     last_len: AtomicUsize,
     topic_len: AtomicUsize,
-    producer: AtomicWaker,
     /// Per-message latency, recorded only in the latency pass.
     pub stamp: super::latency::Stamp,
 }
@@ -143,12 +193,10 @@ pub struct XSink {
 impl XSink {
     fn new() -> Arc<Self> {
         Arc::new(Self {
-            delivered: AtomicU64::new(0),
-            target: AtomicU64::new(0),
+            tally: Tally::default(),
             last: AtomicU64::new(0),
             last_len: AtomicUsize::new(0),
             topic_len: AtomicUsize::new(0),
-            producer: AtomicWaker::new(),
             stamp: super::latency::Stamp::default(),
         })
     }
@@ -164,35 +212,17 @@ impl Deliver for XSink {
         self.last.store(x, Ordering::Relaxed);
         self.last_len.store(payload.len(), Ordering::Relaxed);
         self.topic_len.store(topic.len(), Ordering::Relaxed);
-        let d = self.delivered.fetch_add(1, Ordering::AcqRel) + 1;
-        if d >= self.target.load(Ordering::Acquire) {
-            self.producer.wake();
-        }
+        self.tally.arrived();
     }
 }
 
 impl XSink {
-    /// Announces `more` messages before they are written; returns the
-    /// count to wait for. Only the producer calls it.
     fn expect(&self, more: u64) -> u64 {
-        let t = self.target.load(Ordering::Relaxed) + more;
-        self.target.store(t, Ordering::Release);
-        t
+        self.tally.expect(more)
     }
 
     async fn wait(&self, target: u64) {
-        poll_fn(|cx| {
-            if self.delivered.load(Ordering::Acquire) >= target {
-                return Poll::Ready(());
-            }
-            self.producer.register(cx.waker());
-            if self.delivered.load(Ordering::Acquire) >= target {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
-        })
-        .await;
+        self.tally.wait(target).await;
     }
 }
 
@@ -398,12 +428,7 @@ impl Cell {
 
     fn check_sink(&self) {
         let s = &self.sink;
-        assert_eq!(
-            s.target.load(Ordering::Acquire),
-            s.delivered.load(Ordering::Acquire),
-            "{}: sink count",
-            self.id()
-        );
+        s.tally.check(&self.id());
         assert!(s.last_len.load(Ordering::Relaxed) == 5 && s.last.load(Ordering::Relaxed) != 0);
         assert!(s.topic_len.load(Ordering::Relaxed) > 0);
     }

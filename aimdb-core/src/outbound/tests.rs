@@ -15,6 +15,25 @@ fn leak<T>(v: T) -> &'static T {
     Box::leak(Box::new(v))
 }
 
+/// `n` leaked records of buffer kind `B`.
+fn records<B: crate::record::Buffer>(n: usize) -> &'static [Record<Cs, B, 1>] {
+    Box::leak(
+        (0..n)
+            .map(|_| Record::new("r"))
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    )
+}
+
+/// One postcard link on topic `t` per record.
+fn links<B: crate::record::Buffer>(
+    recs: &'static [Record<Cs, B, 1>],
+) -> Vec<Link<crate::record::Reader<'static, Cs, B, 1>, &'static str, Postcard>> {
+    recs.iter()
+        .map(|r| Link::new(r.subscribe().unwrap(), "t", Postcard))
+        .collect()
+}
+
 struct CountWake(AtomicUsize);
 impl Wake for CountWake {
     fn wake(self: Arc<Self>) {
@@ -155,16 +174,8 @@ fn ring_lag_is_reported_with_exact_count() {
 
 #[test]
 fn round_robin_over_eight_always_ready_routes() {
-    let recs: &'static [Record<Cs, Ring<u32, 64>, 1>] = Box::leak(
-        (0..8)
-            .map(|_| Record::new("r"))
-            .collect::<Vec<_>>()
-            .into_boxed_slice(),
-    );
-    let mut links: Vec<_> = recs
-        .iter()
-        .map(|r| Link::new(r.subscribe().unwrap(), "t", Postcard))
-        .collect();
+    let recs: &'static [Record<Cs, Ring<u32, 64>, 1>] = records(8);
+    let mut links = links(recs);
     let (mut p, mut t) = ([0u8; 8], [0u8; 4]);
     let mut b = Routes::<_, 1, 8>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
     for l in &mut links {
@@ -372,23 +383,7 @@ fn owned_encoder_and_arc_handle() {
 
 #[test]
 fn many_routes_one_busy() {
-    let recs: &'static [Record<Cs, Latest<u32>, 1>] = Box::leak(
-        (0..4096)
-            .map(|_| Record::new("r"))
-            .collect::<Vec<_>>()
-            .into_boxed_slice(),
-    );
-    let mut links: Vec<_> = recs
-        .iter()
-        .map(|r| Link::new(r.subscribe().unwrap(), "t", Postcard))
-        .collect();
-    let ready: &'static Readiness<128> = leak(Readiness::new());
-    let (mut p, mut t) = ([0u8; 8], [0u8; 4]);
-    let mut b = Routes::<_, 128, 4096>::builder(ready, &mut p, &mut t);
-    for l in &mut links {
-        b.link(l);
-    }
-    let mut routes = Box::new(b.build().unwrap());
+    let (recs, mut routes) = table_4096(&[]);
     assert_eq!(poll(&mut routes, Waker::noop()), None);
     for k in [4095usize, 0, 2000, 31, 32, 1024] {
         recs[k].write(k as u32);
@@ -505,18 +500,8 @@ fn one_table_per_readiness_until_it_is_dropped() {
 type Table4096 = Box<Routes<'static, &'static Readiness<128>, 128, 4096>>;
 
 fn table_4096(urgent: &[usize]) -> (&'static [Record<Cs, Latest<u32>, 1>], Table4096) {
-    let recs: &'static [Record<Cs, Latest<u32>, 1>] = Box::leak(
-        (0..4096)
-            .map(|_| Record::new("r"))
-            .collect::<Vec<_>>()
-            .into_boxed_slice(),
-    );
-    let links: &'static mut [_] = Box::leak(
-        recs.iter()
-            .map(|r| Link::new(r.subscribe().unwrap(), "t", Postcard))
-            .collect::<Vec<_>>()
-            .into_boxed_slice(),
-    );
+    let recs: &'static [Record<Cs, Latest<u32>, 1>] = records(4096);
+    let links: &'static mut [_] = Box::leak(links(recs).into_boxed_slice());
     let ready: &'static Readiness<128> = leak(Readiness::new());
     let (p, t) = (Box::leak(Box::new([0u8; 8])), Box::leak(Box::new([0u8; 4])));
     let mut b = Routes::<_, 128, 4096>::builder(ready, p, t);
@@ -567,17 +552,9 @@ fn urgent_route_written_among_4095_ready_normal_routes_comes_out_on_the_next_pul
 fn normal_routes_progress_while_an_urgent_route_is_always_ready() {
     // One urgent Ring route that always holds more, 63 normal routes ready.
     let hot: &'static Record<Cs, Ring<u32, 64>, 1> = leak(Record::new("hot"));
-    let recs: &'static [Record<Cs, Latest<u32>, 1>] = Box::leak(
-        (0..63)
-            .map(|_| Record::new("n"))
-            .collect::<Vec<_>>()
-            .into_boxed_slice(),
-    );
+    let recs: &'static [Record<Cs, Latest<u32>, 1>] = records(63);
     let mut hot_link = Link::new(hot.subscribe().unwrap(), "hot", Postcard);
-    let mut links: Vec<_> = recs
-        .iter()
-        .map(|r| Link::new(r.subscribe().unwrap(), "n", Postcard))
-        .collect();
+    let mut links = links(recs);
     let ready: &'static Readiness<2> = leak(Readiness::new());
     let (mut p, mut t) = ([0u8; 8], [0u8; 4]);
     let mut b = Routes::<_, 2, 64>::builder(ready, &mut p, &mut t);
@@ -641,16 +618,8 @@ fn urgent_routes_are_round_robin_among_themselves() {
 
 #[test]
 fn urgent_routes_come_first_and_are_bounded() {
-    let recs: &'static [Record<Cs, Latest<u32>, 1>] = Box::leak(
-        (0..34)
-            .map(|_| Record::new("r"))
-            .collect::<Vec<_>>()
-            .into_boxed_slice(),
-    );
-    let mut links: Vec<_> = recs
-        .iter()
-        .map(|r| Link::new(r.subscribe().unwrap(), "t", Postcard))
-        .collect();
+    let recs: &'static [Record<Cs, Latest<u32>, 1>] = records(34);
+    let mut links = links(recs);
     let mut late = Link::new(
         leak(Record::<Cs, Latest<u32>, 1>::new("late"))
             .subscribe()
