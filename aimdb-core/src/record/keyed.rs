@@ -73,6 +73,38 @@ fn check_key(key: &str) -> Result<(), KeyError> {
     }
 }
 
+/// Stores `w` in `slot` unless the stored waker would wake the same task;
+/// returns the replaced one, to drop outside the critical section (a drop
+/// runs foreign code).
+fn store_waker(slot: &mut Option<Waker>, w: Option<&Waker>) -> Option<Waker> {
+    match (w, &*slot) {
+        (None, _) => None,
+        (Some(w), Some(o)) if o.will_wake(w) => None,
+        (Some(w), _) => slot.replace(w.clone()),
+    }
+}
+
+/// The round-robin of a changes reader over `n` slots from `cursor`: the
+/// first slot whose `take` has something, and what (a value, or the lag of
+/// a `Ring` reader). Moves the cursor past it.
+fn next_change<T>(
+    n: usize,
+    cursor: &mut usize,
+    mut take: impl FnMut(usize) -> Take<T>,
+) -> Option<(usize, Result<T, RecvError>)> {
+    for k in 0..n {
+        let i = (*cursor + k) % n;
+        let got = match take(i) {
+            Take::Empty => continue,
+            Take::Value(v) => Ok(v),
+            Take::Lagged(lost) => Err(RecvError::Lagged(lost)),
+        };
+        *cursor = i + 1;
+        return Some((i, got));
+    }
+    None
+}
+
 struct KeyTable<const K: usize> {
     hashes: [u32; K],
     keys: [Key; K],
@@ -286,41 +318,25 @@ impl<M: RawMutex, B: Buffer, const K: usize, const R: usize> KeyedChanges<'_, M,
     /// Adopts keys claimed since the last look and, with `waker`, asks to
     /// be woken by the next claim.
     fn adopt(&mut self, waker: Option<&Waker>) {
-        let mut old = None;
-        self.table.table.lock(|t| {
+        let old = self.table.table.lock(|t| {
             let mut t = t.borrow_mut();
-            if let Some(w) = waker {
-                match &t.watch_waker {
-                    Some(o) if o.will_wake(w) => {}
-                    _ => old = t.watch_waker.replace(w.clone()),
-                }
-            }
+            let old = store_waker(&mut t.watch_waker, waker);
             let len = t.len;
             self.reader[self.known..len].copy_from_slice(&t.watch_reader[self.known..len]);
             self.known = len;
+            old
         });
-        // A replaced waker's drop runs foreign code: after the section.
         drop(old);
     }
 
     fn look(&mut self, waker: Option<&Waker>) -> Option<(Key, Result<B::Item, RecvError>)> {
         self.adopt(waker);
-        let n = self.known;
-        for k in 0..n {
-            let i = (self.cursor + k) % n;
-            let got = match self.table.slots[i]
-                .take(self.reader[i] as usize, waker, false)
-                .take
-            {
-                Take::Empty => continue,
-                Take::Value(v) => Ok(v),
-                Take::Lagged(lost) => Err(RecvError::Lagged(lost)),
-            };
-            self.cursor = i + 1;
-            let key = self.table.table.lock(|t| t.borrow().keys[i].clone());
-            return Some((key, got));
-        }
-        None
+        let (slots, reader) = (&self.table.slots, &self.reader);
+        let (i, got) = next_change(self.known, &mut self.cursor, |i| {
+            slots[i].take(reader[i] as usize, waker, false).take
+        })?;
+        let key = self.table.table.lock(|t| t.borrow().keys[i].clone());
+        Some((key, got))
     }
 
     /// The next key with something new and its value, if any
@@ -426,7 +442,8 @@ mod growable {
         key: Key,
         record: Record<M, B, R>,
         /// The watcher's reader slot in `record`, when a
-        /// [`KeyedVecChanges`] existed as the key was claimed.
+        /// [`KeyedVecChanges`] existed as the key was claimed (a watcher
+        /// that finds the key already there keeps its own).
         watch_reader: u8,
     }
 
@@ -588,38 +605,28 @@ mod growable {
 
     impl<M: RawMutex, B: Buffer, const R: usize> KeyedVecChanges<'_, M, B, R> {
         fn look(&mut self, waker: Option<&Waker>) -> Option<(Key, Result<B::Item, RecvError>)> {
-            let mut old = None;
             let mut new: Vec<_> = Vec::new();
-            self.index.lock(|i| {
+            let old = self.index.lock(|i| {
                 let i = &mut *i.borrow_mut();
-                if let Some(w) = waker {
-                    match &i.watch_waker {
-                        Some(o) if o.will_wake(w) => {}
-                        _ => old = i.watch_waker.replace(w.clone()),
-                    }
-                }
                 if i.slots.len() > self.slots.len() {
                     new.extend(i.slots[self.slots.len()..].iter().cloned());
                 }
+                store_waker(&mut i.watch_waker, waker)
             });
             drop(old);
             for s in new {
                 let r = s.watch_reader;
                 self.slots.push((s, r));
             }
-            let n = self.slots.len();
-            for k in 0..n {
-                let i = (self.cursor + k) % n;
-                let (slot, r) = &self.slots[i];
-                let got = match slot.record.take(*r as usize, waker, false).take {
-                    Take::Empty => continue,
-                    Take::Value(v) => Ok(v),
-                    Take::Lagged(lost) => Err(RecvError::Lagged(lost)),
-                };
-                self.cursor = i + 1;
-                return Some((slot.key.clone(), got));
-            }
-            None
+            let slots = &self.slots;
+            let (i, got) = next_change(slots.len(), &mut self.cursor, |i| {
+                slots[i]
+                    .0
+                    .record
+                    .take(slots[i].1 as usize, waker, false)
+                    .take
+            })?;
+            Some((slots[i].0.key.clone(), got))
         }
 
         /// See [`KeyedChanges::try_recv`].
@@ -648,7 +655,13 @@ mod growable {
         fn drop(&mut self) {
             let old = self.index.lock(|i| {
                 let mut i = i.borrow_mut();
-                for s in &i.slots {
+                // Adopted slots: the reader this watcher holds (for keys
+                // that existed before it, not the slot's `watch_reader`).
+                // Keys claimed since its last look: theirs, set at claim.
+                for (s, r) in &self.slots {
+                    s.record.unsubscribe(*r as usize);
+                }
+                for s in &i.slots[self.slots.len()..] {
                     s.record.unsubscribe(s.watch_reader as usize);
                 }
                 i.watched = false;

@@ -386,3 +386,28 @@ fn keyed_vec_changes_see_new_and_known_keys_and_release_on_drop() {
     drop(ch);
     assert!(t.get("b").unwrap().record().subscribe().is_ok(), "released");
 }
+
+#[cfg(feature = "alloc")]
+#[test]
+fn keyed_vec_changes_release_their_own_reader_not_the_users() {
+    // R = 2: the user holds reader 0 of "a"; a watcher made later takes
+    // reader 1, and its drop must release 1, not 0.
+    let t: KeyedVec<NoopRawMutex, Ring<u32, 4>, 2> = KeyedVec::with_capacity("fleet", 4);
+    t.write("a", 1).unwrap();
+    let slot = t.get("a").unwrap();
+    let mut mine = slot.record().subscribe().unwrap();
+    let ch = t.changes().unwrap();
+    t.write("b", 2).unwrap(); // claimed while watched, never looked at
+    drop(ch);
+    t.write("a", 3).unwrap();
+    assert_eq!(
+        mine.try_recv(),
+        Ok(3),
+        "the user's reader is still subscribed"
+    );
+    // Both watcher readers came back: one more reader fits on each key.
+    let _a = slot.record().subscribe().unwrap();
+    let b = t.get("b").unwrap();
+    let _b1 = b.record().subscribe().unwrap();
+    let _b2 = b.record().subscribe().unwrap();
+}
