@@ -17,7 +17,7 @@ mod mosquitto;
 
 use std::path::PathBuf;
 
-use aimdb_connectors::mqtt::rustls::{CertificateError, Error as TlsError};
+use aimdb_connectors::mqtt::rustls::{self, CertificateError};
 use aimdb_connectors::mqtt::{
     Cause, Config, Connect, ConnectFailure, Counters, QoS, RouteQos, TlsConnect, TlsConnectError,
 };
@@ -314,7 +314,7 @@ async fn tls_untrusted_ca_or_wrong_name_fails_to_connect_and_is_counted() {
     assert!(matches!(e, TlsConnectError::Handshake(_)), "{e:?}");
     assert_eq!(
         e.tls(),
-        Some(&TlsError::InvalidCertificate(
+        Some(&rustls::Error::InvalidCertificate(
             CertificateError::UnknownIssuer
         )),
         "{e:?}"
@@ -330,7 +330,7 @@ async fn tls_untrusted_ca_or_wrong_name_fails_to_connect_and_is_counted() {
     assert!(
         matches!(
             e.tls(),
-            Some(TlsError::InvalidCertificate(
+            Some(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForNameContext { .. } | CertificateError::NotValidForName
             ))
         ),

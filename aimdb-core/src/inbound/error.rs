@@ -1,5 +1,5 @@
 //! What the inbound table reports: a rejected frame ([`DispatchError`],
-//! counted in [`Stats`]) and mistakes in its declaration
+//! counted in [`Stats`](super::Stats)) and mistakes in its declaration
 //! ([`ConfigErrors`], all at once).
 
 use core::fmt;

@@ -50,6 +50,7 @@ use core::task::Waker;
 
 use super::atomic::{spin_loop, AtomicU32, Ordering, UnsafeCell};
 use super::loom_const_fn;
+use crate::outbound::URGENT_BURST;
 
 mod bits;
 #[cfg(all(test, not(aimdb_loom)))]
@@ -344,8 +345,6 @@ impl<const W: usize> fmt::Debug for Readiness<W> {
     }
 }
 
-use crate::outbound::URGENT_BURST;
-
 /// The transport task's private copy of taken readiness bits, with a
 /// rotating cursor for round-robin service, and the waker it last stored
 /// in the [`Readiness`]. Not shared, not atomic.
@@ -354,9 +353,12 @@ use crate::outbound::URGENT_BURST;
 /// are urgent. A pull serves a pending urgent route before any normal one,
 /// round-robin among them, except that after [`URGENT_BURST`] urgent routes
 /// in a row while a normal one is pending, one normal route goes next. The
-/// class is decided here only, by index, so the shared bitmap, its wake-up
-/// protocol, `absorb` and `set` do not know it: a table without urgent
-/// routes pays one masked test of word 0 per pull.
+/// class is decided here only, by index, so markers, parking and `set` do
+/// not know it. `absorb` stops after word 0 when it holds a ready urgent
+/// route (the untaken groups go back to the summary, see
+/// [`Readiness::republish`]), so the urgent pull does not wait for every
+/// other word to be swapped. A table without urgent routes pays a zero
+/// mask test per `pop` and one masked test per word taken.
 #[derive(Clone)]
 pub struct Pending<const W: usize> {
     /// Routes taken from the bitmap and not served yet.
@@ -368,7 +370,6 @@ pub struct Pending<const W: usize> {
     /// Urgent routes served in a row; reset by a pull that finds no
     /// urgent route pending, or that serves a normal one.
     streak: u8,
-
     /// A clone of the waker this transport stored in the readiness cell:
     /// comparing against it tells whether the cell needs rewriting without
     /// touching the cell.
