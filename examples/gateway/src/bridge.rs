@@ -44,8 +44,6 @@ pub static MQTT: Counters = Counters::new();
 pub static DEVICE_IN: inbound::Counters = inbound::Counters::new();
 /// The MQTT side's inbound table counters, readable here.
 pub static MQTT_IN: inbound::Counters = inbound::Counters::new();
-/// Device connections made (1 on a healthy run).
-pub static DEVICE_CONNECTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// Where the device's byte stream comes from.
 pub enum DeviceLink {
@@ -68,10 +66,7 @@ impl framed::Connect for DeviceLink {
             Self::Connect(addr) => TcpStream::connect(addr.as_str()).await,
         };
         match stream {
-            Ok(s) => {
-                DEVICE_CONNECTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Ok(tokio_io::tcp(s))
-            }
+            Ok(s) => Ok(tokio_io::tcp(s)),
             Err(e) => {
                 eprintln!("gateway: device link: {e}; retrying");
                 Err(e)
