@@ -241,12 +241,54 @@ pub struct Routes<
     topic: &'a mut [u8],
     #[cfg(feature = "alloc")]
     owned: alloc::vec::Vec<u8>,
-    current: Option<(usize, Produced)>,
+    current: Option<Current>,
     stats: Stats,
     /// Routes `0..urgent` are urgent.
     urgent: usize,
     /// This table holds its bitmap's consumer claim (released on drop).
     claimed: bool,
+}
+
+/// The message readied by the last successful poll, as plain fields
+/// copied one by one from the route's [`Produced`]. Copying the whole
+/// `Produced` the route has just stored compiles to 16-byte loads over its
+/// 8-byte stores, which the CPU cannot forward from the store buffer: a
+/// stall of about 4 ns per message, the hottest instruction of
+/// `b1_outbound_wakeup`'s `parked/outbound_routes` cells (perf, AMD EPYC).
+#[derive(Clone, Copy)]
+struct Current {
+    route: usize,
+    /// Meaningful when `written_topic`.
+    topic_len: usize,
+    /// Meaningful unless `owned`.
+    payload_len: usize,
+    lagged: u64,
+    written_topic: bool,
+    owned: bool,
+    retain: bool,
+}
+
+impl Current {
+    #[inline(always)]
+    fn new(route: usize, p: &Produced) -> Self {
+        let (written_topic, topic_len) = match p.topic_len {
+            Some(n) => (true, n),
+            None => (false, 0),
+        };
+        let (owned, payload_len) = match p.payload {
+            Payload::Scratch(n) => (false, n),
+            Payload::Owned => (true, 0),
+        };
+        Self {
+            route,
+            topic_len,
+            payload_len,
+            lagged: p.lagged,
+            written_topic,
+            owned,
+            retain: p.retain,
+        }
+    }
 }
 
 impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize, D> Drop for Routes<'a, H, W, N, D>
@@ -395,8 +437,7 @@ where
             // only ever re-polled through its bit, and must not wait behind
             // a `Ring` burst for longer than one round. Nothing ready costs
             // one load.
-            self.pending.absorb(self.ready.readiness());
-            let Some(i) = self.pending.pop() else {
+            let Some(i) = self.pending.take(self.ready.readiness()) else {
                 // Park: store the waker and set `PARKED` in one
                 // compare-and-swap that also finds no route ready; a mark
                 // that lands after it finds `PARKED` and wakes us.
@@ -429,7 +470,7 @@ where
                     }
                     self.stats.sent = self.stats.sent.wrapping_add(1);
                     self.stats.lagged += p.lagged;
-                    self.current = Some((i, p));
+                    self.current = Some(Current::new(i, &p));
                     return Poll::Ready(());
                 }
                 Poll::Ready(Err(e)) => {
@@ -452,7 +493,7 @@ where
     }
 
     fn current_message(&self) -> Message<'_> {
-        let Some((i, p)) = self.current else {
+        let Some(c) = self.current else {
             return Message {
                 route: usize::MAX,
                 topic: "",
@@ -462,24 +503,28 @@ where
                 urgent: false,
             };
         };
-        let topic = match p.topic_len {
-            None => self.routes[i].fixed_topic().unwrap_or(""),
+        let i = c.route;
+        let topic = if c.written_topic {
             // The route validated these bytes as a topic before returning.
-            Some(n) => core::str::from_utf8(&self.topic[..n]).unwrap_or(""),
+            core::str::from_utf8(&self.topic[..c.topic_len]).unwrap_or("")
+        } else {
+            self.routes[i].fixed_topic().unwrap_or("")
         };
-        let payload: &[u8] = match p.payload {
-            Payload::Scratch(n) => &self.payload[..n],
+        let payload: &[u8] = if c.owned {
             #[cfg(feature = "alloc")]
-            Payload::Owned => &self.owned,
+            let owned: &[u8] = &self.owned;
             #[cfg(not(feature = "alloc"))]
-            Payload::Owned => &[],
+            let owned: &[u8] = &[];
+            owned
+        } else {
+            &self.payload[..c.payload_len]
         };
         Message {
             route: i,
             topic,
             payload,
-            lagged: p.lagged,
-            retain: p.retain,
+            lagged: c.lagged,
+            retain: c.retain,
             urgent: i < self.urgent,
         }
     }

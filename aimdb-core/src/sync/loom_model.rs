@@ -142,8 +142,7 @@ fn parked_two_markers_waker_replaced() {
         r: &'a Readiness<1>,
     ) -> impl std::future::Future<Output = usize> + 'a {
         poll_fn(move |cx| loop {
-            p.absorb(r);
-            if let Some(i) = p.pop() {
+            if let Some(i) = p.take(r) {
                 return Poll::Ready(i);
             }
             if p.park(r, cx.waker()) {
@@ -210,8 +209,7 @@ fn transport_parks_for_real_after_racing_marks() {
         // Spin on the public pieces as a transport would (the count may
         // move while the markers run).
         while got != 0b11 {
-            pending.absorb(&ready);
-            while let Some(i) = pending.pop() {
+            while let Some(i) = pending.take(&ready) {
                 got |= 1 << i;
             }
             if got != 0b11 && pending.park(&ready, &waker) {
@@ -224,8 +222,7 @@ fn transport_parks_for_real_after_racing_marks() {
         let fresh_waker = Waker::from(fresh.clone());
         // A group bit may outlive the word it announced (a marker set it
         // after the transport had already swapped the word): one more look.
-        pending.absorb(&ready);
-        assert_eq!(pending.pop(), None, "every route was delivered once");
+        assert_eq!(pending.take(&ready), None, "every route was delivered once");
         assert!(pending.park(&ready, &fresh_waker), "nothing is ready");
         assert_eq!(
             fresh.0.load(Ordering::SeqCst),

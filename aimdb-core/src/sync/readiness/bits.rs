@@ -86,10 +86,17 @@ impl<const W: usize> Bits<W> {
         }
     }
 
-    /// Whether nothing is pending (the unit tests check it).
-    #[cfg(all(test, not(aimdb_loom)))]
+    /// Whether nothing is pending.
+    #[inline]
     pub(super) fn is_empty(&self) -> bool {
         self.summary == 0
+    }
+
+    /// Moves the cursor past route `i`, as [`Self::pop`] does when it takes
+    /// `i`.
+    #[inline]
+    pub(super) fn move_past(&mut self, i: usize) {
+        self.cursor = if i + 1 >= 32 * W { 0 } else { i + 1 };
     }
 
     /// Takes the next pending route at or after the cursor (wrapping), and
@@ -112,7 +119,7 @@ impl<const W: usize> Bits<W> {
                 self.summary &= !(1 << g);
             }
         }
-        self.cursor = if i + 1 >= 32 * W { 0 } else { i + 1 };
+        self.move_past(i);
         Some(i)
     }
 
