@@ -417,7 +417,7 @@ impl<const W: usize> Pending<W> {
     /// non-empty word. Returns whether anything was taken. The transport
     /// pulls with [`Self::take`]; the tests look at the set between the
     /// two steps.
-    #[cfg(test)]
+    #[cfg(all(test, not(aimdb_loom)))]
     pub fn absorb(&mut self, ready: &Readiness<W>) -> bool {
         match self.absorb_or_only(ready) {
             Err(i) => {
