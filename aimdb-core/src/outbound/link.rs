@@ -2,6 +2,7 @@
 
 use core::fmt::{self, Write as _};
 use core::marker::PhantomData;
+use core::num::NonZeroUsize;
 use core::task::{Context, Poll};
 
 use crate::codec::{Encode, EncodeError};
@@ -164,9 +165,9 @@ pub enum Payload {
 /// What one successful poll of a route produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Produced {
-    /// `Some(n)`: the topic is the first `n` bytes of the topic scratch;
-    /// `None`: the route's fixed topic.
-    pub topic_len: Option<usize>,
+    /// `Some(n)`: the topic is the first `n` bytes of the topic scratch (a
+    /// topic is never empty); `None`: the route's fixed topic.
+    pub topic_len: Option<NonZeroUsize>,
     /// The payload.
     pub payload: Payload,
     /// Values lost to `Ring` lag just before this one.
@@ -368,7 +369,7 @@ where
                 let text =
                     core::str::from_utf8(&out.topic[..n]).map_err(|_| RouteError::TopicInvalid)?;
                 Topic::new(text).map_err(|_| RouteError::TopicInvalid)?;
-                Some(n)
+                Some(NonZeroUsize::new(n).ok_or(RouteError::TopicInvalid)?)
             }
         };
         let payload = K::encode(&self.encoder, value, out).map_err(RouteError::Encode)?;

@@ -272,7 +272,7 @@ impl Current {
     #[inline(always)]
     fn new(route: usize, p: &Produced) -> Self {
         let (written_topic, topic_len) = match p.topic_len {
-            Some(n) => (true, n),
+            Some(n) => (true, n.get()),
             None => (false, 0),
         };
         let (owned, payload_len) = match p.payload {
