@@ -40,6 +40,10 @@
 //! hand-over then costs two read-modify-writes in all (that one and the
 //! transport's next park) instead of five (word, summary, the transport's
 //! summary and word takes, its park). `DIRECT` is cleared by the next park.
+//! When nothing else is pending, [`Pending::take`] serves the handed-over
+//! route at once instead of setting it in its private set and searching
+//! the set for it (b2 `outbound_next_parked`: 665 instructions before, 534
+//! after).
 //!
 //! The transport keeps a clone of the waker it stored (in [`Pending`]), so
 //! re-parking with the same waker is one compare-and-swap and never touches
