@@ -255,6 +255,8 @@ pub struct Routes<
 /// 8-byte stores, which the CPU cannot forward from the store buffer: a
 /// stall of about 4 ns per message, the hottest instruction of
 /// `b1_outbound_wakeup`'s `parked/outbound_routes` cells (perf, AMD EPYC).
+/// For the same reason `Produced::topic_len` is an `Option<NonZeroUsize>`:
+/// an `Option<usize>`'s tag was stored as one byte and loaded as eight.
 #[derive(Clone, Copy)]
 struct Current {
     route: usize,
