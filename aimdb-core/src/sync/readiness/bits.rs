@@ -63,9 +63,15 @@ impl<const W: usize> Bits<W> {
     }
 
     fn fix_group0(&mut self) {
-        let end = Self::GROUP.min(W);
-        if self.bits[..end].iter().all(|&b| b == 0) {
-            self.summary &= !1;
+        self.fix_group(0);
+    }
+
+    /// Clears the summary bit of group `g` if its words are all zero.
+    #[inline]
+    fn fix_group(&mut self, g: usize) {
+        let end = ((g + 1) * Self::GROUP).min(W);
+        if self.bits[g * Self::GROUP..end].iter().all(|&b| b == 0) {
+            self.summary &= !(1 << g);
         }
     }
 
@@ -113,11 +119,7 @@ impl<const W: usize> Bits<W> {
         let w = i / 32;
         self.bits[w] &= !(1 << (i % 32));
         if self.bits[w] == 0 {
-            let g = w / Self::GROUP;
-            let end = ((g + 1) * Self::GROUP).min(W);
-            if self.bits[g * Self::GROUP..end].iter().all(|&b| b == 0) {
-                self.summary &= !(1 << g);
-            }
+            self.fix_group(w / Self::GROUP);
         }
         self.move_past(i);
         Some(i)

@@ -449,8 +449,7 @@ impl<const W: usize> Pending<W> {
     #[cold]
     fn serve_only_classes(&mut self, i: usize) {
         if i < 32 && self.urgent_mask & (1 << i) != 0 {
-            self.urgent_cursor = i as u32 + 1;
-            self.streak = self.streak.saturating_add(1);
+            self.served_urgent(i as u32);
         } else {
             self.bits.move_past(i);
             self.streak = 0;
@@ -645,6 +644,13 @@ impl<const W: usize> Pending<W> {
         self.bits.pop()
     }
 
+    /// Urgent route `i` is served: the urgent round-robin moves past it and
+    /// the burst grows (both ways a pull serves an urgent route).
+    fn served_urgent(&mut self, i: u32) {
+        self.urgent_cursor = i + 1;
+        self.streak = self.streak.saturating_add(1);
+    }
+
     /// [`Self::pop`] for a table with urgent routes.
     #[cold]
     fn pop_classes(&mut self) -> Option<usize> {
@@ -658,8 +664,7 @@ impl<const W: usize> Pending<W> {
                 let from = u & (!0u32).checked_shl(self.urgent_cursor).unwrap_or(0);
                 let i = if from != 0 { from } else { u }.trailing_zeros();
                 self.bits.clear0(i);
-                self.urgent_cursor = i + 1;
-                self.streak = self.streak.saturating_add(1);
+                self.served_urgent(i);
                 return Some(i as usize);
             }
             // A burst is over and a normal route waits: it goes next.
