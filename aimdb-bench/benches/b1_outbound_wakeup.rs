@@ -1217,14 +1217,11 @@ fn xthread_latency_table(cross: &[xthread::Cell]) -> String {
 
 /// The probe cells: the probe's latency, and ns per message of the rounds.
 fn probe_tables(probe: &[latency::PCell]) -> String {
-    use latency::{Load, PColumn, Side, PCOLUMNS, PROBE_ROUTES};
+    use latency::{PColumn, Side, LOADS, PCOLUMNS, PROBE_ROUTES};
     let mut t = String::new();
     for side in [Side::Same, Side::Cross] {
-        for load in [Load::Busy, Load::Idle] {
-            let cols: Vec<PColumn> = PCOLUMNS
-                .into_iter()
-                .filter(|&c| load == Load::Busy || c == PColumn::OutboundRoutesUrgent)
-                .collect();
+        for load in LOADS {
+            let cols: Vec<PColumn> = PCOLUMNS.into_iter().filter(|&c| load.has(c)).collect();
             if !probe.iter().any(|c| c.side == side && c.load == load) {
                 continue;
             }
@@ -1337,6 +1334,36 @@ fn latency_bounds(
         ratio: r,
         limit: 2.0,
         held: r <= 2.0,
+    });
+
+    // Informational: the urgent probe under load against the same probe
+    // written after a delivered busy round (the load's memory traffic, none
+    // of its pending routes), and a task per route's probe after load.
+    let mut detail = String::new();
+    for side in [Side::Same, Side::Cross] {
+        let _ = write!(detail, " {}: urgent under / after:", side.name());
+        ratios(&mut detail, &PROBE_ROUTES, |n| {
+            (
+                pp99(side, Load::Busy, PColumn::OutboundRoutesUrgent, n),
+                pp99(side, Load::After, PColumn::OutboundRoutesUrgent, n),
+            )
+        });
+        let _ = write!(detail, "; after load, urgent / task_per_route:");
+        ratios(&mut detail, &PROBE_ROUTES, |n| {
+            (
+                pp99(side, Load::After, PColumn::OutboundRoutesUrgent, n),
+                pp99(side, Load::After, PColumn::TaskPerRoute, n),
+            )
+        });
+    }
+    v.push(Bound {
+        name: "probe_urgent_busy_vs_after_load_p99",
+        text: format!(
+            "probe p99, urgent probe under load / after load, and after load against task_per_route (informational, no bound):{detail}"
+        ),
+        ratio: f64::NAN,
+        limit: f64::INFINITY,
+        held: true,
     });
 
     // Informational: the normal probe beside a task per route.

@@ -16,7 +16,12 @@
 //!   Columns: `task_per_route`, `outbound_routes` (the probe is the last,
 //!   normal route), `outbound_routes_urgent` (the probe is route 0, linked
 //!   urgent) and `select_all`; `probe_idle` is the same fixture with the
-//!   other routes never written (the reference for the urgent bound). Same
+//!   other routes never written (the reference for the urgent bound), and
+//!   `probe_after_load` the same fixture with the other routes written and
+//!   *delivered* before the probe is written (the busy round's memory
+//!   traffic without its pending routes: what separates the two is the
+//!   cache, not the pull; columns `task_per_route` and
+//!   `outbound_routes_urgent`). Same
 //!   thread (producer and consumers on one `LocalSet`) and cross thread
 //!   (producer on a plain OS thread, consumers `tokio::spawn`ed on a
 //!   2-worker runtime).
@@ -180,13 +185,34 @@ pub enum Load {
     Busy,
     /// Only the probe is written (the reference).
     Idle,
+    /// The other routes are written and delivered, then the probe is
+    /// written alone (a diagnostic: the load's cache footprint, none of
+    /// its pending routes).
+    After,
 }
+
+/// Every load, in table order.
+pub const LOADS: [Load; 3] = [Load::Busy, Load::Idle, Load::After];
 
 impl Load {
     pub fn scenario(self) -> &'static str {
         match self {
             Self::Busy => "probe_under_load",
             Self::Idle => "probe_idle",
+            Self::After => "probe_after_load",
+        }
+    }
+
+    /// Whether `column` is measured under this load.
+    pub fn has(self, column: PColumn) -> bool {
+        match self {
+            Self::Busy => true,
+            // The idle reference is the urgent probe alone.
+            Self::Idle => column == PColumn::OutboundRoutesUrgent,
+            Self::After => matches!(
+                column,
+                PColumn::OutboundRoutesUrgent | PColumn::TaskPerRoute
+            ),
         }
     }
 }
@@ -285,11 +311,12 @@ impl PCell {
         self.sink.hist.lock().expect("histogram")
     }
 
-    /// `rounds` rounds: the busy routes (unless idle), then the stamped
-    /// probe, then wait for the round. ns per message.
+    /// `rounds` rounds: the busy routes (unless idle; after load, waiting
+    /// until they are delivered), then the stamped probe, then wait for the
+    /// round. ns per message.
     async fn drive(&mut self, rounds: usize, stamp: bool) -> f64 {
         let per_round = match self.load {
-            Load::Busy => self.records.len() as u64,
+            Load::Busy | Load::After => self.records.len() as u64,
             Load::Idle => 1,
         };
         let sink = &*self.sink;
@@ -297,13 +324,21 @@ impl PCell {
         for _ in 0..rounds {
             self.seq += 1;
             let v = value(self.seq);
-            let target = sink.tally.expect(per_round);
-            if self.load == Load::Busy {
+            // After load, the busy routes are a round of their own.
+            let mut target = sink.tally.expect(match self.load {
+                Load::After => per_round - 1,
+                _ => per_round,
+            });
+            if self.load != Load::Idle {
                 for (i, r) in self.records.iter().enumerate() {
                     if i != self.probe {
                         r.write(v);
                     }
                 }
+            }
+            if self.load == Load::After {
+                sink.tally.wait(target).await;
+                target = sink.tally.expect(1);
             }
             if stamp {
                 sink.stamp.store(now_ns(), Ordering::Release);
@@ -398,10 +433,9 @@ fn build(load: Load, side: Side, column: PColumn, n: usize, spawn: &dyn Fn(Task)
 
 fn selected(filter: &str, side: Side) -> Vec<(Load, PColumn, usize)> {
     let mut v = Vec::new();
-    for load in [Load::Busy, Load::Idle] {
+    for load in LOADS {
         for column in PCOLUMNS {
-            // The idle reference is the urgent probe alone.
-            if load == Load::Idle && column != PColumn::OutboundRoutesUrgent {
+            if !load.has(column) {
                 continue;
             }
             for n in PROBE_ROUTES {
@@ -426,7 +460,7 @@ async fn passes(cells: &mut [PCell], scale: f64) {
         let ns = c.drive(20, false).await;
         let per_round = ns
             * match c.load {
-                Load::Busy => c.routes as f64,
+                Load::Busy | Load::After => c.routes as f64,
                 Load::Idle => 1.0,
             };
         c.rounds = (scale * PASS_NS / per_round).clamp(MIN_ROUNDS as f64, scale * MAX_ROUNDS as f64)
