@@ -21,7 +21,8 @@
 //!   *delivered* before the probe is written (the busy round's memory
 //!   traffic without its pending routes: what separates the two is the
 //!   cache, not the pull; columns `task_per_route` and
-//!   `outbound_routes_urgent`). Same
+//!   `outbound_routes_urgent`, both probing route 0, the one whose memory
+//!   the round touched first). Same
 //!   thread (producer and consumers on one `LocalSet`) and cross thread
 //!   (producer on a plain OS thread, consumers `tokio::spawn`ed on a
 //!   2-worker runtime).
@@ -372,6 +373,10 @@ fn build(load: Load, side: Side, column: PColumn, n: usize, spawn: &dyn Fn(Task)
             let f = fixtures::outbound_static(n);
             (Some(f.routes), f.records, n - 1)
         }
+        // After load, a task per route probes route 0 as the urgent column
+        // does: the route whose memory the round touched first, so both
+        // wake the coldest route.
+        PColumn::TaskPerRoute if load == Load::After => (None, fixtures::records(n), 0),
         PColumn::TaskPerRoute | PColumn::SelectAll => (None, fixtures::records(n), n - 1),
     };
     // The probe's pushes are told apart by the topic's address: the table's
