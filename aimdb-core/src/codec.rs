@@ -296,6 +296,55 @@ mod tests {
         assert_eq!(Postcard.encode(&v, &mut ours[..n]), Ok(n));
     }
 
+    #[derive(serde::Serialize, Debug)]
+    struct Varied {
+        flag: bool,
+        small: u8,
+        signed: i32,
+        wide: u64,
+        real: f32,
+        bytes: std::vec::Vec<u8>,
+        text: std::string::String,
+        maybe: Option<u16>,
+        pair: (i64, [u8; 3]),
+    }
+
+    proptest::proptest! {
+        /// For any value and any buffer length, `Postcard::encode` (our
+        /// flavor) and `postcard::to_slice` agree: the same bytes when it
+        /// fits, `BufferTooSmall` exactly when `to_slice` reports a full
+        /// buffer. Strings and byte arrays of 0..40 bytes cross the
+        /// flavor's 10-byte split between byte-wise and whole copies.
+        #[test]
+        fn postcard_scratch_agrees_with_to_slice(
+            flag: bool,
+            small: u8,
+            signed: i32,
+            wide: u64,
+            real: f32,
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..40),
+            text in "[a-z\\u{e9}\\u{1F600}]{0,20}",
+            maybe: Option<u16>,
+            pair: (i64, [u8; 3]),
+            len in 0usize..120,
+        ) {
+            let v = Varied { flag, small, signed, wide, real, bytes, text, maybe, pair };
+            let mut ours = [0x5au8; 120];
+            let mut reference = [0x5au8; 120];
+            let got = Postcard.encode(&v, &mut ours[..len]);
+            match postcard::to_slice(&v, &mut reference[..len]) {
+                Ok(expected) => {
+                    let n = got.expect("fits for to_slice, so for ours");
+                    proptest::prop_assert_eq!(&ours[..n], &*expected);
+                }
+                Err(postcard::Error::SerializeBufferFull) => {
+                    proptest::prop_assert_eq!(got, Err(EncodeError::BufferTooSmall));
+                }
+                Err(e) => proptest::prop_assert!(false, "to_slice: {e:?}"),
+            }
+        }
+    }
+
     #[cfg(feature = "json")]
     #[test]
     fn json_roundtrip_and_errors() {
