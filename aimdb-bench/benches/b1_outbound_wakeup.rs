@@ -1336,62 +1336,52 @@ fn latency_bounds(
         held: r <= 2.0,
     });
 
-    // Informational lines: p99 of probe cell `a` / cell `b` per count.
-    let probe_ratios = |detail: &mut String, side: Side, a: (Load, PColumn), b: (Load, PColumn)| {
-        ratios(detail, &PROBE_ROUTES, |n| {
-            (pp99(side, a.0, a.1, n), pp99(side, b.0, b.1, n))
+    // Informational lines, no limit: per side, each `(label, a, b)` part
+    // prints the p99 of probe cell `a` / cell `b` per route count.
+    use PColumn::{OutboundRoutes, OutboundRoutesUrgent as Urgent, TaskPerRoute};
+    type Part = (&'static str, (Load, PColumn), (Load, PColumn));
+    let lines: [(&'static str, &str, &[Part]); 2] = [
+        (
+            // The urgent probe under load against the same probe written
+            // after a delivered busy round (the load's memory traffic, none
+            // of its pending routes), and that probe against a task per
+            // route's after load.
+            "probe_urgent_busy_vs_after_load_p99",
+            "probe p99, urgent probe under load / after load, and after load against task_per_route",
+            &[
+                (" urgent under / after:", (Load::Busy, Urgent), (Load::After, Urgent)),
+                (
+                    "; after load, urgent / task_per_route:",
+                    (Load::After, Urgent),
+                    (Load::After, TaskPerRoute),
+                ),
+            ],
+        ),
+        (
+            "probe_normal_vs_task_per_route_p99",
+            "probe_under_load: normal outbound_routes probe p99 / task_per_route p99",
+            &[("", (Load::Busy, OutboundRoutes), (Load::Busy, TaskPerRoute))],
+        ),
+    ];
+    for (name, what, parts) in lines {
+        let mut detail = String::new();
+        for side in [Side::Same, Side::Cross] {
+            let _ = write!(detail, " {}:", side.name());
+            for &(label, a, b) in parts {
+                detail.push_str(label);
+                ratios(&mut detail, &PROBE_ROUTES, |n| {
+                    (pp99(side, a.0, a.1, n), pp99(side, b.0, b.1, n))
+                });
+            }
+        }
+        v.push(Bound {
+            name,
+            text: format!("{what} (informational, no bound):{detail}"),
+            ratio: f64::NAN,
+            limit: f64::INFINITY,
+            held: true,
         });
-    };
-    let info = |name: &'static str, text: String| Bound {
-        name,
-        text,
-        ratio: f64::NAN,
-        limit: f64::INFINITY,
-        held: true,
-    };
-    use PColumn::{OutboundRoutes, OutboundRoutesUrgent, TaskPerRoute};
-
-    // The urgent probe under load against the same probe written after a
-    // delivered busy round (the load's memory traffic, none of its pending
-    // routes), and that probe against a task per route's after load.
-    let mut detail = String::new();
-    for side in [Side::Same, Side::Cross] {
-        let _ = write!(detail, " {}: urgent under / after:", side.name());
-        let urgent = OutboundRoutesUrgent;
-        probe_ratios(
-            &mut detail,
-            side,
-            (Load::Busy, urgent),
-            (Load::After, urgent),
-        );
-        let _ = write!(detail, "; after load, urgent / task_per_route:");
-        probe_ratios(
-            &mut detail,
-            side,
-            (Load::After, urgent),
-            (Load::After, TaskPerRoute),
-        );
     }
-    v.push(info(
-        "probe_urgent_busy_vs_after_load_p99",
-        format!("probe p99, urgent probe under load / after load, and after load against task_per_route (informational, no bound):{detail}"),
-    ));
-
-    // The normal probe beside a task per route.
-    let mut detail = String::new();
-    for side in [Side::Same, Side::Cross] {
-        let _ = write!(detail, " {}:", side.name());
-        probe_ratios(
-            &mut detail,
-            side,
-            (Load::Busy, OutboundRoutes),
-            (Load::Busy, TaskPerRoute),
-        );
-    }
-    v.push(info(
-        "probe_normal_vs_task_per_route_p99",
-        format!("probe_under_load: normal outbound_routes probe p99 / task_per_route p99 (informational, no bound):{detail}"),
-    ));
     v
 }
 
