@@ -154,8 +154,9 @@ pub async fn mqtt_connector<C: mqtt::Connect>(
     let mut readings = outbound::Link::new(readings, topics::READINGS, Postcard);
     let mut status = outbound::Link::new(status, topics::STATUS, Postcard);
     let mut link = outbound::Link::new(link, topics::LINK, Postcard);
-    // The largest payload is a LinkStats: at most 30 bytes of postcard.
-    let (mut payload, mut topic) = ([0u8; 32], [0u8; 0]);
+    // The largest payload is a LinkStats: seven `u32`s, at most 35 bytes
+    // of postcard.
+    let (mut payload, mut topic) = ([0u8; 35], [0u8; 0]);
     let routes = {
         let mut b = Routes::<_, 1, 3>::builder(&MQTT_READY, &mut payload, &mut topic);
         b.link(&mut readings).link(&mut status).link(&mut link);
@@ -188,6 +189,7 @@ pub async fn link_stats() {
             reconnects: s.reconnects,
             connect_failures: s.connect_failures,
             commands_replaced: CMD.replaced() as u32,
+            lagged: s.lagged,
         };
         // `sent` moves with every publish, this one's included:
         // compare without it, or the record would never settle.
@@ -196,6 +198,7 @@ pub async fn link_stats() {
             now.rejected,
             now.reconnects,
             now.connect_failures,
+            now.lagged,
         );
         if last != Some(key) {
             last = Some(key);

@@ -54,6 +54,10 @@ pub struct LinkStats {
     pub connect_failures: u32,
     /// Commands replaced in the device's mailbox before they were applied.
     pub commands_replaced: u32,
+    /// Readings the connector never sent because the readings `Ring`
+    /// overflowed first (its reader's `Lagged` counts, e.g. while the
+    /// broker was unreachable for longer than the ring holds).
+    pub lagged: u32,
 }
 
 /// Topics on the device link (and, under a prefix, on MQTT through the
