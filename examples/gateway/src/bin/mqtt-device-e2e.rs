@@ -443,54 +443,9 @@ async fn run(args: &Args) -> Result<String, String> {
     let seqs = &obs.seen.readings;
     let link = obs.seen.link.unwrap_or_default();
     let mut problems = Vec::new();
-    // Exactly once and in order, except that QoS 1 allows a reading in
-    // flight at the broker restart to arrive twice (the broker forwarded it
-    // but its PUBACK was lost with the connection; the resumed session sends
-    // it again): such re-deliveries are counted, allowed only after the
-    // restart and only of readings already seen, and never hide a gap.
-    // A gap is a loss unless the device counted it: a readings `Ring` that
-    // overflows while the broker is out of reach (a slow first connection
-    // on a loaded host) drops its oldest readings and says how many, and
-    // the device reports that count as `lagged`. Every missing reading must
-    // be one of those, exactly.
-    let mut highest: Option<u32> = None;
-    let mut redelivered = 0usize;
-    let mut gaps = Vec::new();
-    let mut missing = 0u64;
-    for (i, &seq) in seqs.iter().enumerate() {
-        let skipped = match highest {
-            None => seq,
-            Some(h) if seq <= h => {
-                if i < at_restart {
-                    problems.push(format!("#{i}: seq {seq} again before the restart"));
-                }
-                redelivered += 1;
-                continue;
-            }
-            Some(h) => seq - h - 1,
-        };
-        if skipped > 0 {
-            gaps.push(format!("#{i}: seq {seq}, {skipped} missing before it"));
-            missing += u64::from(skipped);
-        }
-        highest = Some(seq);
-    }
-    if missing != u64::from(link.lagged) {
-        problems.push(format!(
-            "{missing} readings missing ({}), the device counted {} lagged",
-            if gaps.is_empty() {
-                "no gap".to_string()
-            } else {
-                gaps.join(", ")
-            },
-            link.lagged
-        ));
-    }
-    if redelivered > IN_FLIGHT_MAX {
-        problems.push(format!(
-            "{redelivered} re-deliveries: more than could have been in flight ({IN_FLIGHT_MAX})"
-        ));
-    }
+    let order = check_order(seqs, at_restart, link.lagged);
+    let redelivered = order.redelivered;
+    problems.extend(order.problems);
     if !obs.seen.undecodable.is_empty() {
         problems.push(format!("undecodable: {:?}", obs.seen.undecodable));
     }
@@ -508,8 +463,138 @@ async fn run(args: &Args) -> Result<String, String> {
          applied; {} malformed payloads rejected; device link {link:?}",
         seqs.len(),
         seqs.first().copied().unwrap_or(0),
-        highest.unwrap_or(0),
+        order.highest.unwrap_or(0),
         link.lagged,
         MALFORMED.len()
     ))
+}
+
+/// What [`check_order`] found.
+#[derive(Debug, Default)]
+struct Order {
+    /// Highest sequence number seen.
+    highest: Option<u32>,
+    /// Readings seen again (QoS 1 re-deliveries after the restart).
+    redelivered: usize,
+    /// Everything that breaks "exactly once, in order".
+    problems: Vec<String>,
+}
+
+/// Checks the readings `seqs` (in arrival order; the first `at_restart`
+/// arrived before the broker restart) against "exactly once and in order
+/// from 0". QoS 1 allows a reading in flight at the broker restart to
+/// arrive twice (the broker forwarded it but its PUBACK was lost with the
+/// connection; the resumed session sends it again): such re-deliveries are
+/// counted, allowed only after the restart and only of readings already
+/// seen, at most [`IN_FLIGHT_MAX`], and never hide a gap. A gap is a loss
+/// unless the device counted it: a readings `Ring` that overflows while
+/// the broker is out of reach (a slow first connection on a loaded host)
+/// drops its oldest readings and says how many, and the device reports
+/// that count as `lagged`. Every missing reading must be one of those,
+/// exactly.
+fn check_order(seqs: &[u32], at_restart: usize, lagged: u32) -> Order {
+    let mut o = Order::default();
+    let mut gaps = Vec::new();
+    let mut missing = 0u64;
+    for (i, &seq) in seqs.iter().enumerate() {
+        let skipped = match o.highest {
+            None => seq,
+            Some(h) if seq <= h => {
+                if i < at_restart {
+                    o.problems
+                        .push(format!("#{i}: seq {seq} again before the restart"));
+                }
+                o.redelivered += 1;
+                continue;
+            }
+            Some(h) => seq - h - 1,
+        };
+        if skipped > 0 {
+            gaps.push(format!("#{i}: seq {seq}, {skipped} missing before it"));
+            missing += u64::from(skipped);
+        }
+        o.highest = Some(seq);
+    }
+    if missing != u64::from(lagged) {
+        let gaps = if gaps.is_empty() {
+            "no gap".to_string()
+        } else {
+            gaps.join(", ")
+        };
+        o.problems.push(format!(
+            "{missing} readings missing ({gaps}), the device counted {lagged} lagged"
+        ));
+    }
+    if o.redelivered > IN_FLIGHT_MAX {
+        o.problems.push(format!(
+            "{} re-deliveries: more than could have been in flight ({IN_FLIGHT_MAX})",
+            o.redelivered
+        ));
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_order;
+
+    #[test]
+    fn every_reading_once_in_order_passes() {
+        let o = check_order(&[0, 1, 2, 3], 2, 0);
+        assert!(o.problems.is_empty(), "{:?}", o.problems);
+        assert_eq!((o.highest, o.redelivered), (Some(3), 0));
+    }
+
+    #[test]
+    fn gaps_pass_only_when_the_device_counted_them_as_lagged() {
+        // seq 0 overwritten in the ring at a slow start, 5 and 6 later.
+        let seqs = [1, 2, 3, 4, 7, 8];
+        assert!(check_order(&seqs, 3, 3).problems.is_empty());
+        for lagged in [0, 1, 2, 4] {
+            let o = check_order(&seqs, 3, lagged);
+            assert_eq!(o.problems.len(), 1, "lagged {lagged}: {:?}", o.problems);
+            assert!(
+                o.problems[0].starts_with("3 readings missing"),
+                "{:?}",
+                o.problems
+            );
+        }
+        // Lag the observer never saw as a gap is a miscount too.
+        assert_eq!(check_order(&[0, 1, 2], 1, 1).problems.len(), 1);
+    }
+
+    #[test]
+    fn redelivery_is_allowed_after_the_restart_only() {
+        let after = check_order(&[0, 1, 2, 1, 2, 3], 3, 0);
+        assert!(after.problems.is_empty(), "{:?}", after.problems);
+        assert_eq!(after.redelivered, 2);
+        let before = check_order(&[0, 1, 1, 2], 3, 0);
+        assert_eq!(before.problems, ["#2: seq 1 again before the restart"]);
+    }
+
+    #[test]
+    fn a_redelivery_does_not_hide_a_gap() {
+        // 3 is lost after the restart; 2 arrives again in its place.
+        let o = check_order(&[0, 1, 2, 2, 4], 3, 0);
+        assert_eq!(o.redelivered, 1);
+        assert_eq!(o.problems.len(), 1, "{:?}", o.problems);
+        assert!(
+            o.problems[0].contains("#4: seq 4, 1 missing"),
+            "{:?}",
+            o.problems
+        );
+    }
+
+    #[test]
+    fn more_redeliveries_than_can_be_in_flight_fail() {
+        let mut seqs: Vec<u32> = (0..30).collect();
+        seqs.extend(0..30);
+        let o = check_order(&seqs, 30, 0);
+        assert_eq!(o.problems.len(), 1, "{:?}", o.problems);
+        assert!(
+            o.problems[0].starts_with("30 re-deliveries"),
+            "{:?}",
+            o.problems
+        );
+    }
 }
