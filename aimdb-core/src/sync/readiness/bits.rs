@@ -36,7 +36,7 @@ impl<const W: usize> Bits<W> {
     /// words are all zero now.
     pub(super) fn clear0(&mut self, i: u32) {
         self.bits[0] &= !(1 << i);
-        self.fix_group0();
+        self.fix_group(0);
     }
 
     /// Whether a route is pending outside `mask` (of word 0).
@@ -50,7 +50,7 @@ impl<const W: usize> Bits<W> {
     pub(super) fn take_word0(&mut self, mask: u32) -> u32 {
         let taken = self.bits[0] & mask;
         self.bits[0] &= !mask;
-        self.fix_group0();
+        self.fix_group(0);
         taken
     }
 
@@ -60,10 +60,6 @@ impl<const W: usize> Bits<W> {
             self.bits[0] |= bits;
             self.summary |= 1;
         }
-    }
-
-    fn fix_group0(&mut self) {
-        self.fix_group(0);
     }
 
     /// Clears the summary bit of group `g` if its words are all zero.
