@@ -6,8 +6,10 @@
 use std::path::PathBuf;
 
 pub mod callgrind;
+pub mod cells;
 pub mod fixtures;
 pub mod gate;
+pub mod latency;
 pub mod timing;
 
 /// `target/bench-results/` at the workspace root (or under

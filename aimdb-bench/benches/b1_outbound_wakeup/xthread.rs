@@ -49,9 +49,10 @@ use embassy_sync::blocking_mutex::raw::{CriticalSectionRawMutex, RawMutex};
 use futures::task::AtomicWaker;
 use tokio::runtime::Runtime;
 
-use super::{
-    encode_push, loops, value, whole_rounds, Deliver, MAX_MSGS, MIN_MSGS, ROUTES, SKIP_RUN_NS,
-};
+use aimdb_bench::cells::{encode_push, loops, value, whole_rounds, Deliver};
+use aimdb_bench::latency::Stamp;
+
+use super::{MAX_MSGS, MIN_MSGS, ROUTES, SKIP_RUN_NS};
 
 /// Aimed-at length of one timed cross-thread run.
 const TARGET_RUN_NS: f64 = 40e6;
@@ -187,7 +188,7 @@ pub struct XSink {
     last_len: AtomicUsize,
     topic_len: AtomicUsize,
     /// Per-message latency, recorded only in the latency pass.
-    pub stamp: super::latency::Stamp,
+    pub stamp: Stamp,
 }
 
 impl XSink {
@@ -197,7 +198,7 @@ impl XSink {
             last: AtomicU64::new(0),
             last_len: AtomicUsize::new(0),
             topic_len: AtomicUsize::new(0),
-            stamp: super::latency::Stamp::default(),
+            stamp: Stamp::default(),
         })
     }
 }

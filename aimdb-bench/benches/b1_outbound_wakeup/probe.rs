@@ -1,175 +1,33 @@
-//! Per-message latency in `b1_outbound_wakeup`: HDR histograms of the time
-//! from just before a record write to the sink's push of that value.
-//!
-//! Two uses:
-//!
-//! - the **parked** cells (same-thread and cross-thread) get a latency pass
-//!   of their own after the timed runs: the producer stamps the time before
-//!   each write, the sink stamps its push of that value, and the producer
-//!   records the difference after the value was delivered (so the
-//!   histogram is off the measured path). The timed runs never stamp (the
-//!   sink's check is one flag load, the same in every column), so the cost
-//!   figures are not distorted;
-//! - the **probe_under_load** scenario ([`measure_probe`]): `N - 1` routes
-//!   written every round (as `all_busy`) and one probe route written last
-//!   in each round, stamped; the latency of the probe alone is recorded.
-//!   Columns: `task_per_route`, `outbound_routes` (the probe is the last,
-//!   normal route), `outbound_routes_urgent` (the probe is route 0, linked
-//!   urgent) and `select_all`; `probe_idle` is the same fixture with the
-//!   other routes never written (the reference for the urgent bound), and
-//!   `probe_after_load` the same fixture with the other routes written and
-//!   *delivered* before the probe is written (the busy round's memory
-//!   traffic without its pending routes: what separates the two is the
-//!   cache, not the pull; columns `task_per_route` and
-//!   `outbound_routes_urgent`, both probing route 0, the one whose memory
-//!   the round touched first). Same
-//!   thread (producer and consumers on one `LocalSet`) and cross thread
-//!   (producer on a plain OS thread, consumers `tokio::spawn`ed on a
-//!   2-worker runtime).
-//!
-//! Histograms: `hdrhistogram`, 1 ns to 60 s, 3 significant digits,
-//! allocated before the pass (recording does not allocate).
+//! The **probe_under_load** scenario of `b1_outbound_wakeup`
+//! ([`measure_probe`]): `N - 1` routes written every round (as
+//! `all_busy`) and one probe route written last in each round, stamped;
+//! the latency of the probe alone is recorded (histograms and stamps:
+//! `aimdb_bench::latency`). Columns: `task_per_route`, `outbound_routes`
+//! (the probe is the last, normal route), `outbound_routes_urgent` (the
+//! probe is route 0, linked urgent) and `select_all`; `probe_idle` is the
+//! same fixture with the other routes never written (the reference for the
+//! urgent bound), and `probe_after_load` the same fixture with the other
+//! routes written and *delivered* before the probe is written (the busy
+//! round's memory traffic without its pending routes: what separates the
+//! two is the cache, not the pull; columns `task_per_route` and
+//! `outbound_routes_urgent`, both probing route 0, the one whose memory
+//! the round touched first). Same thread (producer and consumers on one
+//! `LocalSet`) and cross thread (producer on a plain OS thread, consumers
+//! `tokio::spawn`ed on a 2-worker runtime).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use aimdb_bench::cells::{encode_push, loops, reader_stream, value, Deliver};
 use aimdb_bench::fixtures::{self, Rec};
-use aimdb_bench::timing::{short, Spread, RUNS};
+use aimdb_bench::latency::{histogram, now_ns, record, Percentiles};
+use aimdb_bench::timing::{Spread, RUNS};
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
 use super::xthread::Tally;
-use super::{encode_push, loops, reader_stream, value, Deliver};
-
-/// Nanoseconds since the first call (one process-wide origin, so a stamp
-/// fits an `AtomicU64`; 0 means "no stamp").
-pub fn now_ns() -> u64 {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    let base = *BASE.get_or_init(Instant::now);
-    base.elapsed().as_nanos() as u64 + 1
-}
-
-/// An empty histogram: 1 ns to 60 s, 3 significant digits.
-pub fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds")
-}
-
-/// p50 / p99 / p99.9 / max of a histogram.
-#[derive(Debug, Clone, Copy)]
-pub struct Percentiles {
-    pub p50: u64,
-    pub p99: u64,
-    pub p999: u64,
-    pub max: u64,
-    pub samples: u64,
-}
-
-impl Percentiles {
-    pub fn of(h: &Histogram<u64>) -> Option<Self> {
-        (!h.is_empty()).then(|| Self {
-            p50: h.value_at_quantile(0.50),
-            p99: h.value_at_quantile(0.99),
-            p999: h.value_at_quantile(0.999),
-            max: h.max(),
-            samples: h.len(),
-        })
-    }
-
-    /// `p50/p99/p99.9/max` for the human tables.
-    pub fn show(&self) -> String {
-        format!(
-            "{}/{}/{}/{}",
-            short(self.p50 as f64),
-            short(self.p99 as f64),
-            short(self.p999 as f64),
-            short(self.max as f64)
-        )
-    }
-
-    pub fn json(&self) -> Value {
-        json!({
-            "p50_ns": self.p50,
-            "p99_ns": self.p99,
-            "p999_ns": self.p999,
-            "max_ns": self.max,
-            "samples": self.samples,
-        })
-    }
-}
-
-/// The latency half of a sink: off unless a latency pass runs; then the
-/// producer stamps the time before a write, the sink's push of a stamped
-/// value stamps the push (one clock read and a store: the histogram is not
-/// touched on the measured path), and the producer records the difference
-/// once it has seen the value delivered ([`Stamp::record`]).
-pub struct Stamp {
-    on: AtomicBool,
-    at: AtomicU64,
-    pushed: AtomicU64,
-    hist: Mutex<Histogram<u64>>,
-}
-
-impl Default for Stamp {
-    fn default() -> Self {
-        Self {
-            on: AtomicBool::new(false),
-            at: AtomicU64::new(0),
-            pushed: AtomicU64::new(0),
-            hist: Mutex::new(histogram()),
-        }
-    }
-}
-
-impl Stamp {
-    /// Starts (or ends) a latency pass.
-    pub fn enable(&self, on: bool) {
-        self.on.store(on, Ordering::Release);
-    }
-
-    /// Stamps the write about to happen (only during a pass).
-    #[inline]
-    pub fn before_write(&self) {
-        if self.on.load(Ordering::Relaxed) {
-            self.at.store(now_ns(), Ordering::Release);
-        }
-    }
-
-    /// At a push: stamps the push of a stamped value.
-    #[inline]
-    pub fn at_push(&self) {
-        if self.on.load(Ordering::Relaxed) && self.at.load(Ordering::Acquire) != 0 {
-            self.pushed.store(now_ns(), Ordering::Release);
-        }
-    }
-
-    /// After the value was delivered: records push time − write time.
-    pub fn record(&self) {
-        if self.on.load(Ordering::Relaxed) {
-            record(&self.hist, &self.at, &self.pushed);
-        }
-    }
-
-    /// The percentiles recorded so far.
-    pub fn percentiles(&self) -> Option<Percentiles> {
-        Percentiles::of(&self.hist.lock().expect("histogram"))
-    }
-}
-
-/// Takes both stamps and records their difference, if both are there.
-fn record(hist: &Mutex<Histogram<u64>>, at: &AtomicU64, pushed: &AtomicU64) {
-    let (a, p) = (
-        at.swap(0, Ordering::AcqRel),
-        pushed.swap(0, Ordering::AcqRel),
-    );
-    if a != 0 && p != 0 {
-        let _ = hist
-            .lock()
-            .expect("histogram")
-            .record(p.saturating_sub(a).max(1));
-    }
-}
 
 // ------------------------------------------------------- probe_under_load
 

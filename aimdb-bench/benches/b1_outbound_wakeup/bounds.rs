@@ -1,0 +1,423 @@
+//! The bounds of `b1_outbound_wakeup` (docs/BENCHMARKS.md), read as ratios
+//! of medians (and of p99s for the latency bounds) from one run. Printed,
+//! never enforced: timing does not fail a build.
+
+use std::fmt::Write as _;
+
+use aimdb_bench::cells::{Column, Scenario};
+use aimdb_bench::timing::Spread;
+
+use super::{find, median, probe, xthread, Bench, ROUTES};
+
+/// One bound: what it reads, the ratio measured, its limit, whether it
+/// held.
+pub struct Bound {
+    pub name: &'static str,
+    pub text: String,
+    pub ratio: f64,
+    pub limit: f64,
+    pub held: bool,
+}
+
+/// Worst (largest) ratio `a / b` over `counts`, with per-count detail.
+fn worst_ratio(
+    benches: &[Bench],
+    s: Scenario,
+    a: Column,
+    b: Column,
+    counts: &[usize],
+) -> (f64, usize, String) {
+    let mut worst = (f64::NAN, 0usize);
+    let mut detail = String::new();
+    for &n in counts {
+        let (Some(x), Some(y)) = (median(benches, s, a, n), median(benches, s, b, n)) else {
+            continue;
+        };
+        let r = x / y;
+        let _ = write!(detail, " {n}:{r:.2}");
+        if worst.0.is_nan() || r > worst.0 {
+            worst = (r, n);
+        }
+    }
+    (worst.0, worst.1, detail)
+}
+
+pub fn bounds(benches: &[Bench]) -> Vec<Bound> {
+    use Column::*;
+    use Scenario::*;
+    let mut v = Vec::new();
+
+    let r1 = match (
+        median(benches, Parked, OutboundRoutes, 4096),
+        median(benches, Parked, OutboundRoutes, 8),
+    ) {
+        (Some(a), Some(b)) => a / b,
+        _ => f64::NAN,
+    };
+    v.push(Bound {
+        name: "parked_outbound_routes_4096_vs_8",
+        text: format!("parked: outbound_routes at 4096 routes / at 8 routes = {r1:.3}"),
+        ratio: r1,
+        limit: 1.05,
+        held: r1 <= 1.05,
+    });
+
+    let (r2, n2, d2) = worst_ratio(benches, Parked, OutboundRoutes, TaskPerRoute, &ROUTES);
+    v.push(Bound {
+        name: "parked_outbound_routes_vs_task_per_route",
+        text: format!(
+            "parked: outbound_routes / task_per_route, worst {r2:.3} at {n2} routes (per count:{d2})"
+        ),
+        ratio: r2,
+        limit: 1.10,
+        held: r2 <= 1.10,
+    });
+
+    let (r3, n3, d3) = worst_ratio(benches, Parked, OutboundRoutes, Floor, &ROUTES);
+    v.push(Bound {
+        name: "parked_outbound_routes_vs_floor",
+        text: format!(
+            "parked: outbound_routes / floor, worst {r3:.3} at {n3} routes (per count:{d3})"
+        ),
+        ratio: r3,
+        limit: 1.5,
+        held: r3 <= 1.5,
+    });
+
+    let (r4, n4, d4) = worst_ratio(benches, AllBusy, OutboundRoutes, Scan, &[256, 1024, 4096]);
+    let (t4, _, dt4) = worst_ratio(
+        benches,
+        AllBusy,
+        OutboundRoutes,
+        TaskPerRoute,
+        &[256, 1024, 4096],
+    );
+    v.push(Bound {
+        name: "all_busy_outbound_routes_vs_scan_256_up",
+        text: format!(
+            "all_busy: outbound_routes / scan at >= 256 routes, worst {r4:.3} at {n4} (per count:{d4}; / task_per_route, worst {t4:.3}:{dt4})"
+        ),
+        ratio: r4,
+        limit: 1.4,
+        held: r4 <= 1.4,
+    });
+
+    let r5 = benches
+        .iter()
+        .filter(|b| b.cell.column == OutboundRoutes && !b.skipped)
+        .map(|b| b.allocs_per_msg)
+        .fold(0.0, f64::max);
+    v.push(Bound {
+        name: "outbound_routes_zero_allocs",
+        text: format!("outbound_routes: allocations per message, max over cells = {r5}"),
+        ratio: r5,
+        limit: 0.0,
+        held: r5 == 0.0,
+    });
+    v
+}
+
+/// Worst (largest) ratio of two cross-thread columns over `counts`, both
+/// producers.
+fn xworst(
+    cross: &[xthread::Cell],
+    s: xthread::Scenario,
+    a: xthread::Column,
+    b: xthread::Column,
+    counts: &[usize],
+) -> (f64, String) {
+    let mut worst = f64::NAN;
+    let mut detail = String::new();
+    for p in [xthread::Producer::Thread, xthread::Producer::Worker] {
+        let _ = write!(detail, " {}:", p.name());
+        for &n in counts {
+            let (Some(x), Some(y)) = (
+                xthread::median(cross, s, p, a, n),
+                xthread::median(cross, s, p, b, n),
+            ) else {
+                continue;
+            };
+            let r = x / y;
+            let _ = write!(detail, " {n}:{r:.2}");
+            if worst.is_nan() || r > worst {
+                worst = r;
+            }
+        }
+    }
+    (worst, detail)
+}
+
+pub fn xbounds(cross: &[xthread::Cell], locks: &[xthread::LockCell]) -> Vec<Bound> {
+    use xthread::{Column as X, Scenario as S};
+    let mut v = Vec::new();
+    let mut push = |name: &'static str, what: &str, (r, d): (f64, String), limit: f64| {
+        v.push(Bound {
+            name,
+            text: format!("{what}, worst {r:.3} (per producer and count:{d})"),
+            ratio: r,
+            limit,
+            held: r <= limit,
+        });
+    };
+    let busy = [256, 1024, 4096];
+    push(
+        "xthread_parked_outbound_routes_vs_task_per_route",
+        "xthread_parked: outbound_routes / task_per_route",
+        xworst(
+            cross,
+            S::Parked,
+            X::OutboundRoutes,
+            X::TaskPerRoute,
+            &ROUTES,
+        ),
+        1.05,
+    );
+    push(
+        "xthread_parked_outbound_routes_thread_vs_task_per_route",
+        "xthread_parked: outbound_routes_thread / task_per_route",
+        xworst(
+            cross,
+            S::Parked,
+            X::OutboundRoutesThread,
+            X::TaskPerRoute,
+            &ROUTES,
+        ),
+        0.8,
+    );
+    push(
+        "xthread_parked_outbound_routes_vs_floor",
+        "xthread_parked: outbound_routes / floor",
+        xworst(cross, S::Parked, X::OutboundRoutes, X::Floor, &ROUTES),
+        1.5,
+    );
+    push(
+        "xthread_parked_outbound_routes_thread_vs_floor",
+        "xthread_parked: outbound_routes_thread / floor",
+        xworst(cross, S::Parked, X::OutboundRoutesThread, X::Floor, &ROUTES),
+        1.5,
+    );
+    push(
+        "xthread_all_busy_outbound_routes_vs_scan_256_up",
+        "xthread_all_busy: outbound_routes / scan at >= 256 routes",
+        xworst(cross, S::AllBusy, X::OutboundRoutes, X::Scan, &busy),
+        1.4,
+    );
+    push(
+        "xthread_all_busy_outbound_routes_vs_task_per_route",
+        "xthread_all_busy: outbound_routes / task_per_route (below 1 at every count)",
+        xworst(
+            cross,
+            S::AllBusy,
+            X::OutboundRoutes,
+            X::TaskPerRoute,
+            &ROUTES[1..],
+        ),
+        1.0,
+    );
+    let zero = cross
+        .iter()
+        .filter(|c| !c.skipped && matches!(c.column, X::OutboundRoutes | X::OutboundRoutesThread))
+        .map(|c| c.allocs_per_msg)
+        .fold(0.0, f64::max);
+    v.push(Bound {
+        name: "xthread_outbound_routes_zero_allocs",
+        text: format!(
+            "xthread outbound_routes(_thread): allocations per message (all threads), max over cells = {zero}"
+        ),
+        ratio: zero,
+        limit: 0.0,
+        held: zero == 0.0,
+    });
+    let lock = |col: &str, threads: usize| {
+        locks
+            .iter()
+            .find(|c| c.column == col && c.threads == threads)
+            .map(|c| Spread::of(&c.samples).median)
+    };
+    if let (Some(h2), Some(c2), Some(h1), Some(c1)) = (
+        lock("host_raw_mutex", 2),
+        lock("critical_section", 2),
+        lock("host_raw_mutex", 1),
+        lock("critical_section", 1),
+    ) {
+        // Throughput ratio host / global = ns ratio global / host; the bound
+        // is stated as "at most" on the inverse, host / global ns <= 0.1.
+        let r = h2 / c2;
+        v.push(Bound {
+            name: "host_lock_two_writers_throughput_10x",
+            text: format!(
+                "host_lock, two writer threads: host_raw_mutex ns/write / critical_section = {r:.3} (throughput {:.1} x)",
+                c2 / h2
+            ),
+            ratio: r,
+            limit: 0.1,
+            held: r <= 0.1,
+        });
+        let r = h1 / c1;
+        v.push(Bound {
+            name: "host_lock_one_writer_not_slower",
+            text: format!(
+                "host_lock, one writer thread: host_raw_mutex ns/write / critical_section = {r:.3}"
+            ),
+            ratio: r,
+            limit: 1.0,
+            held: r <= 1.0,
+        });
+    }
+    v
+}
+
+/// The latency bounds of issue-style targets: parked p99 against a task per
+/// route (same and cross thread), and the urgent probe under load against
+/// the same probe alone; plus, informational, the normal probe's p99
+/// beside a task per route's.
+pub fn latency_bounds(
+    benches: &[Bench],
+    cross: &[xthread::Cell],
+    probe: &[probe::PCell],
+) -> Vec<Bound> {
+    use probe::{Load, PColumn, Side, PROBE_ROUTES};
+    let mut v = Vec::new();
+    let p99 = |b: Option<&Bench>| {
+        b.and_then(|b| b.cell.sink.stamp.percentiles())
+            .map(|p| p.p99 as f64)
+    };
+
+    let mut detail = String::new();
+    let worst = ratios(&mut detail, &ROUTES, |n| {
+        (
+            p99(find(benches, Scenario::Parked, Column::OutboundRoutes, n)),
+            p99(find(benches, Scenario::Parked, Column::TaskPerRoute, n)),
+        )
+    });
+    v.push(Bound {
+        name: "parked_p99_outbound_routes_vs_task_per_route",
+        text: format!(
+            "parked p99: outbound_routes / task_per_route, worst {worst:.3} (per count:{detail})"
+        ),
+        ratio: worst,
+        limit: 1.1,
+        held: worst <= 1.1,
+    });
+
+    let xp99 = |p: xthread::Producer, c: xthread::Column, n: usize| {
+        xthread::find(cross, xthread::Scenario::Parked, p, c, n)
+            .and_then(|x| x.sink.stamp.percentiles())
+            .map(|l| l.p99 as f64)
+    };
+    let mut worst = f64::NAN;
+    let mut detail = String::new();
+    for p in [xthread::Producer::Thread, xthread::Producer::Worker] {
+        let _ = write!(detail, " {}:", p.name());
+        let w = ratios(&mut detail, &ROUTES, |n| {
+            (
+                xp99(p, xthread::Column::OutboundRoutes, n),
+                xp99(p, xthread::Column::TaskPerRoute, n),
+            )
+        });
+        if worst.is_nan() || w > worst {
+            worst = w;
+        }
+    }
+    v.push(Bound {
+        name: "xthread_parked_p99_outbound_routes_vs_task_per_route",
+        text: format!(
+            "xthread_parked p99: outbound_routes / task_per_route, worst {worst:.3} (per producer and count:{detail})"
+        ),
+        ratio: worst,
+        limit: 1.1,
+        held: worst <= 1.1,
+    });
+
+    let pp99 = |side: Side, load: Load, c: PColumn, n: usize| {
+        probe
+            .iter()
+            .find(|x| x.side == side && x.load == load && x.column == c && x.routes == n)
+            .and_then(|x| x.latency())
+            .map(|p| p.p99 as f64)
+    };
+    let r = match (
+        pp99(Side::Same, Load::Busy, PColumn::OutboundRoutesUrgent, 4096),
+        pp99(Side::Same, Load::Idle, PColumn::OutboundRoutesUrgent, 4096),
+    ) {
+        (Some(a), Some(b)) => a / b,
+        _ => f64::NAN,
+    };
+    v.push(Bound {
+        name: "probe_urgent_4096_busy_vs_idle_p99",
+        text: format!(
+            "probe_under_load, same thread: urgent probe p99 among 4095 busy routes / alone = {r:.3}"
+        ),
+        ratio: r,
+        limit: 2.0,
+        held: r <= 2.0,
+    });
+
+    // Informational lines, no limit: per side, each `(label, a, b)` part
+    // prints the p99 of probe cell `a` / cell `b` per route count.
+    use PColumn::{OutboundRoutes, OutboundRoutesUrgent as Urgent, TaskPerRoute};
+    type Part = (&'static str, (Load, PColumn), (Load, PColumn));
+    let lines: [(&'static str, &str, &[Part]); 2] = [
+        (
+            // The urgent probe under load against the same probe written
+            // after a delivered busy round (the load's memory traffic, none
+            // of its pending routes), and that probe against a task per
+            // route's after load.
+            "probe_urgent_busy_vs_after_load_p99",
+            "probe p99, urgent probe under load / after load, and after load against task_per_route",
+            &[
+                (" urgent under / after:", (Load::Busy, Urgent), (Load::After, Urgent)),
+                (
+                    "; after load, urgent / task_per_route:",
+                    (Load::After, Urgent),
+                    (Load::After, TaskPerRoute),
+                ),
+            ],
+        ),
+        (
+            "probe_normal_vs_task_per_route_p99",
+            "probe_under_load: normal outbound_routes probe p99 / task_per_route p99",
+            &[("", (Load::Busy, OutboundRoutes), (Load::Busy, TaskPerRoute))],
+        ),
+    ];
+    for (name, what, parts) in lines {
+        let mut detail = String::new();
+        for side in [Side::Same, Side::Cross] {
+            let _ = write!(detail, " {}:", side.name());
+            for &(label, a, b) in parts {
+                detail.push_str(label);
+                ratios(&mut detail, &PROBE_ROUTES, |n| {
+                    (pp99(side, a.0, a.1, n), pp99(side, b.0, b.1, n))
+                });
+            }
+        }
+        v.push(Bound {
+            name,
+            text: format!("{what} (informational, no bound):{detail}"),
+            ratio: f64::NAN,
+            limit: f64::INFINITY,
+            held: true,
+        });
+    }
+    v
+}
+
+/// `a / b` for each count where both exist, appended to `detail` as
+/// ` count:ratio`; the worst (largest), NaN when none.
+fn ratios(
+    detail: &mut String,
+    counts: &[usize],
+    pair: impl Fn(usize) -> (Option<f64>, Option<f64>),
+) -> f64 {
+    let mut worst = f64::NAN;
+    for &n in counts {
+        if let (Some(a), Some(b)) = pair(n) {
+            let r = a / b;
+            let _ = write!(detail, " {n}:{r:.2}");
+            if worst.is_nan() || r > worst {
+                worst = r;
+            }
+        }
+    }
+    worst
+}
