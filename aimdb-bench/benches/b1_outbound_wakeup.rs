@@ -19,8 +19,7 @@
 //!   draining them: the per-record `HostRawMutex` against the global
 //!   critical section.
 //!
-//! Columns and their fairness rules: `aimdb_bench::cells` (the same code
-//! `b2_instructions` counts in its `cell_*` rows). The all_busy bound is
+//! Columns and their fairness rules: `common/cells.rs`. The all_busy bound is
 //! read against `scan`, the floor of delivering N written records through
 //! the same readers, encode and sink.
 //!
@@ -47,13 +46,15 @@ use std::time::{Duration, Instant};
 
 #[path = "b1_outbound_wakeup/bounds.rs"]
 mod bounds;
+#[path = "common/cells.rs"]
+mod cells;
 #[path = "b1_outbound_wakeup/probe.rs"]
 mod probe;
 #[path = "b1_outbound_wakeup/xthread.rs"]
 mod xthread;
 
-use aimdb_bench::cells::{self, Cell, Column, Scenario, COLUMNS};
 use aimdb_bench::timing::{allocs, bound_json, cell_json, short, GatedCounter, Spread, RUNS};
+use cells::{Cell, Column, Scenario, COLUMNS};
 use serde_json::json;
 
 #[global_allocator]

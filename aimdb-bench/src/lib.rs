@@ -6,7 +6,6 @@
 use std::path::PathBuf;
 
 pub mod callgrind;
-pub mod cells;
 pub mod fixtures;
 pub mod gate;
 pub mod latency;

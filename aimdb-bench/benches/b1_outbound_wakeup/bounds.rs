@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use aimdb_bench::cells::{Column, Scenario};
+use crate::cells::{Column, Scenario};
 use aimdb_bench::timing::Spread;
 
 use super::{find, median, probe, xthread, Bench, ROUTES};

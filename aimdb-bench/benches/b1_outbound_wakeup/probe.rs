@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use aimdb_bench::cells::{encode_push, loops, reader_stream, value, Deliver};
+use crate::cells::{encode_push, loops, reader_stream, value, Deliver};
 use aimdb_bench::fixtures::{self, Rec};
 use aimdb_bench::latency::{histogram, now_ns, record, Percentiles};
 use aimdb_bench::timing::{Spread, RUNS};

@@ -49,7 +49,7 @@ use embassy_sync::blocking_mutex::raw::{CriticalSectionRawMutex, RawMutex};
 use futures::task::AtomicWaker;
 use tokio::runtime::Runtime;
 
-use aimdb_bench::cells::{encode_push, loops, value, whole_rounds, Deliver};
+use crate::cells::{encode_push, loops, value, whole_rounds, Deliver};
 use aimdb_bench::latency::Stamp;
 
 use super::{MAX_MSGS, MIN_MSGS, ROUTES, SKIP_RUN_NS};

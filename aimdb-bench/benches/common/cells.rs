@@ -1,6 +1,12 @@
-//! The columns of `b1_outbound_wakeup`, as code both benches run: b1 times
-//! them, `b2_instructions` counts their instructions (its `cell_*` rows),
-//! so a ratio between two designs can be read on a noisy host too.
+//! The same-thread columns of `b1_outbound_wakeup`.
+//!
+//! A module the bench binaries include (`#[path]`), not part of the bench
+//! library: the generic library code it runs (the outbound pull, the
+//! record reads) is then compiled inside the binary that runs it, as a
+//! user's crate compiles it, and its presence does not change how the
+//! bench library's own fixtures are compiled (in the library, its callers
+//! of `Record::take` kept the fixtures' routes from inlining `take`:
+//! b2's outbound rows cost 35 instructions more).
 //!
 //! Columns (see the bench README): `task_per_route` (one task per route
 //! over `Reader::recv`), `outbound_routes` (one task over `Routes::next`),
@@ -37,8 +43,8 @@ use futures::task::AtomicWaker;
 use futures::{Stream, StreamExt};
 use tokio_stream::StreamMap;
 
-use crate::fixtures::{self, Mx, Rec};
-use crate::latency::Stamp;
+use aimdb_bench::fixtures::{self, Mx, Rec};
+use aimdb_bench::latency::Stamp;
 
 /// The reader every column reads through.
 pub type RecReader = Reader<'static, Mx, Latest<u32>, 1>;
