@@ -25,23 +25,21 @@
 //! the reason); `B2_FILTER=text` measures only rows containing `text` (no
 //! JSON, no missing-row check); `B2_JOBS=n` runs `n` children at a time
 //! (default: the core count; counts do not depend on it). Callgrind dumps
-//! stay in `target/bench-results/b2_callgrind/ROW.out.{1,2}` for
+//! stay in `target/bench-results/b2_instructions_callgrind/ROW.out.{1,2}` for
 //! `callgrind_annotate`.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::hint::black_box;
 use std::pin::pin;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::Instant;
 
-use aimdb_bench::callgrind::{self, Counts};
+use aimdb_bench::callgrind;
 use aimdb_bench::fixtures::{self, leak, payload};
-use aimdb_bench::gate;
+use aimdb_bench::suite::{Extra, Run, Suite};
 use aimdb_connectors::framed::frame;
 use aimdb_core::codec::Postcard;
 use aimdb_core::outbound;
@@ -305,174 +303,40 @@ fn child(row: &str, ops: usize) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Runs the children, `jobs` at a time; results in `rows` order.
-fn measure_all(rows: &[&'static str], jobs: usize) -> Vec<Result<Counts, String>> {
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => {
-            return rows
-                .iter()
-                .map(|_| Err(format!("current_exe: {e}")))
-                .collect()
-        }
-    };
-    let dir = aimdb_bench::results_dir().join("b2_callgrind");
-    if let Err(e) = std::fs::create_dir_all(&dir) {
-        return rows
-            .iter()
-            .map(|_| Err(format!("{}: {e}", dir.display())))
-            .collect();
-    }
-    let next = AtomicUsize::new(0);
-    let results = Mutex::new(vec![None; rows.len()]);
-    std::thread::scope(|s| {
-        for _ in 0..jobs.clamp(1, rows.len().max(1)) {
-            s.spawn(|| loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                let Some(row) = rows.get(k) else { break };
-                let r = callgrind::measure_row(&exe, row, OPS, &dir);
-                results.lock().expect("no panics while locked")[k] = Some(r);
-            });
-        }
-    });
-    results
-        .into_inner()
-        .expect("no panics while locked")
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err("not run".to_string())))
-        .collect()
-}
-
-fn baseline_path() -> std::path::PathBuf {
-    aimdb_bench::workspace_root().join(BASELINE)
-}
-
-fn write_baseline(measured: &[(&str, f64)], rustc: &str, valgrind: &str) -> Result<(), String> {
-    let rows: Vec<Value> = measured
-        .iter()
-        .map(|&(row, per_op)| {
-            json!({
-                "row": row,
-                "instructions_per_op": (per_op * 1000.0).round() / 1000.0,
-                "rustc": rustc,
-                "valgrind": valgrind,
-            })
-        })
-        .collect();
-    let doc = json!({
-        "bench": "b2_instructions",
-        "note": "Instruction limits per operation under callgrind; a row more than 2 % over its limit fails `make bench-gate`. Regenerate with `B2_WRITE_BASELINE=1 cargo bench -p aimdb-bench --bench b2_instructions` and commit with the reason. Counts hold for the rustc named per row.",
-        "host": aimdb_bench::host(),
-        "ops": OPS,
-        "warmup": WARMUP,
-        "rows": rows,
-    });
-    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n";
-    std::fs::write(baseline_path(), text).map_err(|e| format!("{BASELINE}: {e}"))
-}
-
 fn main() -> ExitCode {
     if let Some((row, ops)) = callgrind::child() {
         return child(&row, ops);
     }
-    let started = Instant::now();
-    let filter = std::env::var("B2_FILTER").ok();
-    let write = std::env::var_os("B2_WRITE_BASELINE").is_some_and(|v| v == "1");
-    let jobs = std::env::var("B2_JOBS")
-        .ok()
-        .and_then(|j| j.parse().ok())
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-
-    let valgrind = match callgrind::valgrind_version() {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("FAIL: {e}");
-            println!("b2_instructions: not run");
-            return ExitCode::FAILURE;
-        }
-    };
-    if write && filter.is_some() {
-        eprintln!("FAIL: B2_WRITE_BASELINE needs every row; unset B2_FILTER");
-        return ExitCode::FAILURE;
-    }
-    let rustc = callgrind::rustc_version();
-    let rows: Vec<&'static str> = ROWS
-        .iter()
-        .map(|&(r, _)| r)
-        .filter(|r| filter.as_deref().is_none_or(|f| r.contains(f)))
-        .collect();
-    let results = measure_all(&rows, jobs);
-
-    let mut problems = Vec::new();
-    let mut measured: Vec<(&str, f64)> = Vec::new();
-    let mut counts = BTreeMap::new();
-    for (row, r) in rows.iter().zip(results) {
-        match r {
-            Ok(c) => {
-                measured.push((row, c.per_op(OPS)));
-                counts.insert(*row, c);
-            }
-            Err(e) => problems.push(e),
-        }
-    }
-    if write && problems.is_empty() {
-        match write_baseline(&measured, &rustc, &valgrind) {
-            Ok(()) => println!("wrote {BASELINE} from this run"),
-            Err(e) => problems.push(e),
-        }
-    }
-    let limits = gate::load(&baseline_path(), "rustc").unwrap_or_else(|e| {
-        problems.push(format!("baseline: {e}"));
-        BTreeMap::new()
-    });
-    let rules = gate::Rules {
+    let suite = Suite {
+        bench: "b2_instructions",
+        baseline: BASELINE,
+        rows: ROWS.iter().map(|&(r, _)| r).collect(),
+        ops: OPS,
+        warmup: WARMUP,
         tolerance: TOLERANCE,
         improved: IMPROVED,
-        baseline: BASELINE,
-        rewrite_hint: "B2_WRITE_BASELINE=1 adds it",
-        toolchain: &rustc,
     };
-    let all: Vec<String> = ROWS.iter().map(|&(r, _)| r.to_string()).collect();
-    let named: Vec<(String, f64)> = measured.iter().map(|&(r, p)| (r.to_string(), p)).collect();
-    let verdict = gate::check(
-        &named,
-        &limits,
-        filter.is_none().then_some(&all[..]),
-        &rules,
-    );
-    problems.extend(verdict.problems.iter().cloned());
-    let json_rows: Vec<Value> = verdict
-        .rows
-        .iter()
-        .map(|c| {
-            let n = counts[c.row.as_str()];
-            json!({
-                "row": c.row,
-                "instructions_per_op": c.per_op,
-                "limit": c.limit,
-                "vs_limit_pct": c.delta.map(|d| d * 100.0),
-                "status": c.status,
-                "loop_instructions": [n.first, n.second],
-            })
-        })
-        .collect();
-    let mut table = String::new();
+    suite.run(flat_rows)
+}
 
-    let per = |name: &str| measured.iter().find(|&&(r, _)| r == name).map(|m| m.1);
+/// The [`FLAT_ROWS`] check: the 4096-route parked pull against the 8-route
+/// one.
+fn flat_rows(run: &Run) -> Extra {
+    let mut extra = Extra::default();
     let mut flat = Vec::new();
     for (small_row, large_row) in FLAT_ROWS {
-        let (Some(small), Some(large)) = (per(small_row), per(large_row)) else {
+        let (Some(small), Some(large)) = (run.per_op(small_row), run.per_op(large_row)) else {
             continue;
         };
         let ratio = large / small;
         let held = ratio <= 1.0 + FLAT;
         let _ = writeln!(
-            table,
+            extra.text,
             "flat: {large_row} / {small_row} = {ratio:.4} (bound <= 1 + {FLAT}): {}",
             if held { "held" } else { "BROKEN" }
         );
         if !held {
-            problems.push(format!(
+            extra.problems.push(format!(
                 "{large_row} costs {:.2} % more than {small_row} (bound {} %)",
                 (ratio - 1.0) * 100.0,
                 FLAT * 100.0
@@ -482,34 +346,6 @@ fn main() -> ExitCode {
             json!({"rows": [small_row, large_row], "ratio": ratio, "bound": FLAT, "held": held}),
         );
     }
-
-    verdict.print(&rules);
-    print!("{table}");
-    println!("rustc: {rustc}; {valgrind}; host: {}", aimdb_bench::host());
-    if filter.is_none() {
-        let doc = json!({
-            "bench": "b2_instructions",
-            "host": aimdb_bench::host(),
-            "rustc": rustc,
-            "valgrind": valgrind,
-            "ops": OPS,
-            "warmup": WARMUP,
-            "tolerance_pct": TOLERANCE * 100.0,
-            "rows": json_rows,
-            "flat": flat,
-        });
-        match aimdb_bench::write_json("b2_instructions", &doc) {
-            Ok(p) => println!("wrote {}", p.display()),
-            Err(e) => problems.push(format!("writing JSON: {e}")),
-        }
-    }
-    if !problems.is_empty() && verdict.other_toolchain {
-        eprintln!("(limits were recorded with another rustc than {rustc})");
-    }
-    gate::finish(
-        "b2_instructions",
-        &format!("{} rows passed", measured.len()),
-        &problems,
-        started,
-    )
+    extra.json.insert("flat".into(), Value::Array(flat));
+    extra
 }

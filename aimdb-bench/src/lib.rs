@@ -8,6 +8,7 @@ use std::path::PathBuf;
 pub mod callgrind;
 pub mod fixtures;
 pub mod gate;
+pub mod suite;
 pub mod latency;
 pub mod timing;
 
