@@ -102,12 +102,13 @@ footprint:
 	bash scripts/firmware.sh footprint
 
 ## Deterministic gates: allocations per operation (b0) and instructions
-## per operation under callgrind (b2; needs valgrind, `make deps`). Every
-## bench must still compile.
+## per operation under callgrind (b2: the hot paths, and b1's cells with
+## tokio; needs valgrind, `make deps`). Every bench must still compile.
 bench-gate:
 	$(CARGO) bench -p aimdb-bench --no-run
 	$(CARGO) bench -p aimdb-bench --bench b0_alloc_connector
 	$(CARGO) bench -p aimdb-bench --bench b2_instructions
+	$(CARGO) bench -p aimdb-bench --bench b2_cells
 
 ## Timing benches (informational; run by hand on a quiet machine).
 bench:

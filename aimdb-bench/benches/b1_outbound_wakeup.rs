@@ -53,7 +53,9 @@ mod probe;
 #[path = "b1_outbound_wakeup/xthread.rs"]
 mod xthread;
 
-use aimdb_bench::timing::{allocs, bound_json, cell_json, short, GatedCounter, Spread, RUNS};
+use aimdb_bench::timing::{
+    allocs, bound_json, cell_json, short, whole_rounds, GatedCounter, Spread, RUNS,
+};
 use cells::{Cell, Column, Scenario, COLUMNS};
 use serde_json::json;
 
@@ -91,6 +93,11 @@ impl Bench {
             samples: Vec::new(),
             allocs_per_msg: f64::NAN,
         }
+    }
+
+    /// `msgs` rounded up to whole rounds of the cell.
+    fn round_up(&self, msgs: usize) -> usize {
+        whole_rounds(msgs, self.cell.per_round())
     }
 
     /// ns per message of one timed run of `msgs` messages.
@@ -175,7 +182,7 @@ async fn measure() -> (Vec<Bench>, Vec<String>, u64) {
             b.skipped = true;
             continue;
         }
-        let probe = b.cell.round_up(200);
+        let probe = b.round_up(200);
         b.cell.drive(probe).await;
         let ns = b.time(probe).await;
         if ns * MIN_MSGS as f64 > SKIP_RUN_NS {
@@ -195,14 +202,14 @@ async fn measure() -> (Vec<Bench>, Vec<String>, u64) {
         let scale = scale();
         let msgs =
             (scale * TARGET_RUN_NS / ns).clamp(MIN_MSGS as f64, scale * MAX_MSGS as f64) as usize;
-        b.msgs = b.cell.round_up(msgs);
+        b.msgs = b.round_up(msgs);
     }
 
     // Allocations per message: a separate, untimed pass.
     let control = GLOBAL.control();
     for b in benches.iter_mut().filter(|b| !b.skipped) {
-        let msgs = b.cell.round_up(ALLOC_MSGS.min(b.msgs));
-        b.cell.drive(b.cell.round_up(100)).await;
+        let msgs = b.round_up(ALLOC_MSGS.min(b.msgs));
+        b.cell.drive(b.round_up(100)).await;
         let counting = GLOBAL.start();
         b.cell.drive(msgs).await;
         let s = counting.stop();
@@ -213,7 +220,7 @@ async fn measure() -> (Vec<Bench>, Vec<String>, u64) {
     // Timed runs, interleaved: run r of every cell, then run r + 1.
     for _ in 0..RUNS {
         for b in benches.iter_mut().filter(|b| !b.skipped) {
-            let warm = b.cell.round_up(b.msgs / 20);
+            let warm = b.round_up(b.msgs / 20);
             b.cell.drive(warm).await;
             let ns = b.time(b.msgs).await;
             b.samples.push(ns);

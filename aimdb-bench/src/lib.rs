@@ -8,8 +8,8 @@ use std::path::PathBuf;
 pub mod callgrind;
 pub mod fixtures;
 pub mod gate;
-pub mod suite;
 pub mod latency;
+pub mod suite;
 pub mod timing;
 
 /// `target/bench-results/` at the workspace root (or under

@@ -217,6 +217,12 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
+/// At least `msgs` messages (at least one round), rounded up to whole
+/// rounds of `per_round`.
+pub fn whole_rounds(msgs: usize, per_round: usize) -> usize {
+    msgs.div_ceil(per_round).max(1) * per_round
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

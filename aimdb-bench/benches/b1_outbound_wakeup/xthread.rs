@@ -38,7 +38,7 @@ use std::task::Poll;
 use std::time::Instant;
 
 use aimdb_bench::fixtures::{self, leak, Rec};
-use aimdb_bench::timing::{allocs, short, GatedCounter, Spread, RUNS};
+use aimdb_bench::timing::{allocs, short, whole_rounds, GatedCounter, Spread, RUNS};
 use aimdb_connectors::tokio_io::run_on_thread;
 use aimdb_core::codec::Postcard;
 use aimdb_core::outbound;
@@ -49,7 +49,7 @@ use embassy_sync::blocking_mutex::raw::{CriticalSectionRawMutex, RawMutex};
 use futures::task::AtomicWaker;
 use tokio::runtime::Runtime;
 
-use crate::cells::{encode_push, loops, value, whole_rounds, Deliver};
+use crate::cells::{encode_push, loops, value, Deliver};
 use aimdb_bench::latency::Stamp;
 
 use super::{MAX_MSGS, MIN_MSGS, ROUTES, SKIP_RUN_NS};

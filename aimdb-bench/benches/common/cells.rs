@@ -231,12 +231,6 @@ pub fn encode_push<D: Deliver + ?Sized>(
     }
 }
 
-/// At least `msgs` messages (at least one round), rounded up to whole
-/// rounds of `per_round`.
-pub fn whole_rounds(msgs: usize, per_round: usize) -> usize {
-    msgs.div_ceil(per_round).max(1) * per_round
-}
-
 /// The consumer loops of the columns, shared by the same-thread and the
 /// cross-thread cells (`sink` is an `Rc<Sink>` or an `Arc<XSink>`).
 pub mod loops {
@@ -418,11 +412,6 @@ impl Cell {
             Scenario::Parked => 1,
             Scenario::AllBusy => self.routes,
         }
-    }
-
-    /// `msgs` rounded up to whole rounds.
-    pub fn round_up(&self, msgs: usize) -> usize {
-        whole_rounds(msgs, self.per_round())
     }
 
     /// Drives `msgs` messages (whole rounds) through the cell.

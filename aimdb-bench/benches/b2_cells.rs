@@ -1,0 +1,255 @@
+//! B2 cells: b1's same-thread cells counted in instructions under
+//! callgrind, tokio included, so the ratios behind b1's time bounds can be
+//! read on a host whose timings a neighbour can blur.
+//!
+//! Each row is one cell of `b1_outbound_wakeup` (`common/cells.rs`, the
+//! code b1 times): its tasks are spawned on a `LocalSet` and run until they
+//! park; one operation is then one message (parked) or one round (all_busy)
+//! driven by the producer, run as the future of one `LocalSet::block_on`.
+//! `cell_driver` counts that `block_on` with nothing to drive; the
+//! comparison subtracts it, so a ratio compares what each design costs per
+//! message, the executor's task wakes and polls included. The producer is
+//! the `block_on` future here and a task in b1, so the absolute figures
+//! are not b1's; the columns share every part but the design.
+//!
+//! A binary of its own rather than rows of `b2_instructions`: compiled
+//! beside b2's fixtures, these cells (more callers of `Record::take` in one
+//! binary) changed how LLVM inlined the routes b2 gates, and moved its
+//! `outbound_next_written_topic` row by 35 instructions.
+//!
+//! Gated like b2 (`data/baselines/b2_cells.json`, 2 %): a cell that
+//! costs more is a regression of the library or of its use of tokio
+//! (`Cargo.lock` pins tokio). The comparison lines are informational: b1's
+//! bounds are on time. Same environment as b2 (`B2_FILTER`,
+//! `B2_WRITE_BASELINE`, `B2_JOBS`); dumps in
+//! `target/bench-results/b2_cells_callgrind/`.
+
+#[path = "common/cells.rs"]
+mod cells;
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use aimdb_bench::callgrind;
+use aimdb_bench::suite::{Extra, Run, Suite};
+use cells::{Column, Scenario, COLUMNS};
+use serde_json::{json, Value};
+
+/// Uncounted operations before the measured loops.
+const WARMUP: usize = 64;
+/// Operations in the first measured loop (the second runs twice as many).
+const OPS: usize = 500;
+/// A row fails when it is more than this fraction over its limit.
+const TOLERANCE: f64 = 0.02;
+/// A row this fraction under its limit is reported as improved.
+const IMPROVED: f64 = 0.05;
+
+const BASELINE: &str = "data/baselines/b2_cells.json";
+
+/// The row prefix of a cell.
+const PREFIX: &str = "cell_";
+/// The row that counts the driver alone.
+const DRIVER: &str = "cell_driver";
+
+/// Every row, in report order, and what one operation is.
+const ROWS: &[(&str, &str)] = &[
+    (DRIVER, "LocalSet::block_on of a ready future"),
+    (
+        "cell_parked_task_per_route_8",
+        "parked/task_per_route/8: one message, driver included",
+    ),
+    (
+        "cell_parked_outbound_routes_8",
+        "parked/outbound_routes/8: one message, driver included",
+    ),
+    (
+        "cell_parked_floor_8",
+        "parked/floor/8: one message, driver included",
+    ),
+    (
+        "cell_parked_outbound_routes_4096",
+        "parked/outbound_routes/4096: one message, driver included",
+    ),
+    (
+        "cell_all_busy_task_per_route_256",
+        "all_busy/task_per_route/256: one round of 256, driver included",
+    ),
+    (
+        "cell_all_busy_outbound_routes_256",
+        "all_busy/outbound_routes/256: one round of 256, driver included",
+    ),
+    (
+        "cell_all_busy_scan_256",
+        "all_busy/scan/256: one round of 256, driver included",
+    ),
+];
+
+/// The comparisons printed: (scenario, routes, the column, against, b1's
+/// time bound on that ratio and its number in docs/BENCHMARKS.md, 0 for
+/// none).
+const RATIOS: [(Scenario, usize, Column, usize, Column, f64, u8); 5] = [
+    (
+        Scenario::Parked,
+        8,
+        Column::OutboundRoutes,
+        8,
+        Column::TaskPerRoute,
+        1.10,
+        2,
+    ),
+    (
+        Scenario::Parked,
+        8,
+        Column::OutboundRoutes,
+        8,
+        Column::Floor,
+        1.5,
+        3,
+    ),
+    (
+        Scenario::Parked,
+        4096,
+        Column::OutboundRoutes,
+        8,
+        Column::OutboundRoutes,
+        1.05,
+        1,
+    ),
+    (
+        Scenario::AllBusy,
+        256,
+        Column::OutboundRoutes,
+        256,
+        Column::Scan,
+        1.4,
+        4,
+    ),
+    (
+        Scenario::AllBusy,
+        256,
+        Column::OutboundRoutes,
+        256,
+        Column::TaskPerRoute,
+        1.0,
+        0,
+    ),
+];
+
+/// The row name of a cell.
+fn row(scenario: Scenario, column: Column, n: usize) -> String {
+    format!("{PREFIX}{}_{}_{n}", scenario.name(), column.name())
+}
+
+/// The scenario, column and route count a row names.
+fn parse(row: &str) -> Option<(Scenario, Column, usize)> {
+    let rest = row.strip_prefix(PREFIX)?;
+    let scenario = [Scenario::Parked, Scenario::AllBusy]
+        .into_iter()
+        .find(|s| rest.starts_with(&format!("{}_", s.name())))?;
+    let rest = &rest[scenario.name().len() + 1..];
+    let (column, n) = rest.rsplit_once('_')?;
+    let column = COLUMNS.into_iter().find(|c| c.name() == column)?;
+    Some((scenario, column, n.parse().ok()?))
+}
+
+/// The child: build the row's cell, run it under callgrind, check the
+/// sink got exactly what was driven.
+fn child(name: &str, ops: usize) -> ExitCode {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let local = tokio::task::LocalSet::new();
+    if name == DRIVER {
+        callgrind::run_child(WARMUP, ops, &mut |_| local.block_on(&rt, async {}));
+        return ExitCode::SUCCESS;
+    }
+    let Some((scenario, column, n)) = parse(name) else {
+        eprintln!("unknown row {name}");
+        return ExitCode::FAILURE;
+    };
+    let mut cell = {
+        let _in_local = local.enter();
+        cells::build(scenario, column, n)
+    };
+    // Let every spawned task run once and park.
+    local.block_on(&rt, async {
+        for _ in 0..2_000 {
+            tokio::task::yield_now().await;
+        }
+    });
+    let per_op = cell.per_round();
+    callgrind::run_child(WARMUP, ops, &mut |_| {
+        local.block_on(&rt, cell.drive(per_op))
+    });
+    cell.check_sink();
+    ExitCode::SUCCESS
+}
+
+/// Instructions per message of each compared cell, the driver's count
+/// subtracted, and the [`RATIOS`].
+fn compare(run: &Run) -> Extra {
+    let mut extra = Extra::default();
+    let Some(driver) = run.per_op(DRIVER) else {
+        return extra;
+    };
+    let per_msg = |s: Scenario, c: Column, n: usize| {
+        let msgs = match s {
+            Scenario::Parked => 1.0,
+            Scenario::AllBusy => n as f64,
+        };
+        run.per_op(&row(s, c, n)).map(|x| (x - driver) / msgs)
+    };
+    let _ = writeln!(
+        extra.text,
+        "instructions per message, tokio included, the driver's {driver:.0} per operation subtracted:"
+    );
+    let mut cmp = Vec::new();
+    for (s, n, a, m, b, limit, bound) in RATIOS {
+        let (Some(x), Some(y)) = (per_msg(s, a, n), per_msg(s, b, m)) else {
+            continue;
+        };
+        let ratio = x / y;
+        let against = if bound == 0 {
+            String::from("informational")
+        } else {
+            format!("b1 bound {bound}, on time: <= {limit}")
+        };
+        let _ = writeln!(
+            extra.text,
+            "  {}: {}/{n} {x:.1} / {}/{m} {y:.1} = {ratio:.3} ({against})",
+            s.name(),
+            a.name(),
+            b.name()
+        );
+        cmp.push(json!({
+            "scenario": s.name(),
+            "column": a.name(),
+            "routes": n,
+            "against": b.name(),
+            "against_routes": m,
+            "instructions_per_msg": x,
+            "against_instructions_per_msg": y,
+            "ratio": ratio,
+            "time_bound": (bound != 0).then_some(limit),
+        }));
+    }
+    extra.json.insert("driver".into(), json!(driver));
+    extra.json.insert("ratios".into(), Value::Array(cmp));
+    extra
+}
+
+fn main() -> ExitCode {
+    if let Some((row, ops)) = callgrind::child() {
+        return child(&row, ops);
+    }
+    let suite = Suite {
+        bench: "b2_cells",
+        baseline: BASELINE,
+        rows: ROWS.iter().map(|&(r, _)| r).collect(),
+        ops: OPS,
+        warmup: WARMUP,
+        tolerance: TOLERANCE,
+        improved: IMPROVED,
+    };
+    suite.run(compare)
+}
