@@ -380,7 +380,7 @@ fn report(
         .collect();
     for c in cross.iter().filter(|c| !c.skipped) {
         let mut j = cell_json(
-            c.scenario.name(),
+            xthread::name(c.scenario),
             c.column.name(),
             c.routes,
             Spread::of(&c.samples),
@@ -464,7 +464,7 @@ fn xthread_tables(cross: &[xthread::Cell]) -> String {
             }
             let title = format!(
                 "\n{} (producer: {}) — ns/message, median [min-max] of {RUNS} interleaved runs; allocations/message",
-                s.name(),
+                xthread::name(s),
                 p.name()
             );
             let counts: Vec<usize> = ROUTES

@@ -39,10 +39,6 @@ use serde_json::{json, Value};
 const WARMUP: usize = 64;
 /// Operations in the first measured loop (the second runs twice as many).
 const OPS: usize = 500;
-/// A row fails when it is more than this fraction over its limit.
-const TOLERANCE: f64 = 0.02;
-/// A row this fraction under its limit is reported as improved.
-const IMPROVED: f64 = 0.05;
 
 const BASELINE: &str = "data/baselines/b2_cells.json";
 
@@ -239,17 +235,5 @@ fn compare(run: &Run) -> Extra {
 }
 
 fn main() -> ExitCode {
-    if let Some((row, ops)) = callgrind::child() {
-        return child(&row, ops);
-    }
-    let suite = Suite {
-        bench: "b2_cells",
-        baseline: BASELINE,
-        rows: ROWS.iter().map(|&(r, _)| r).collect(),
-        ops: OPS,
-        warmup: WARMUP,
-        tolerance: TOLERANCE,
-        improved: IMPROVED,
-    };
-    suite.run(compare)
+    Suite::new("b2_cells", BASELINE, ROWS, OPS, WARMUP).main(child, compare)
 }

@@ -12,13 +12,13 @@
 //! the same and the two loops are comparable.
 //!
 //! Exits non-zero if valgrind is missing, a row fails or is missing, a row
-//! has no limit, or a row is more than [`TOLERANCE`] over its limit in
+//! has no limit, or a row is more than `suite::TOLERANCE` (2 %) over its limit in
 //! `data/baselines/b2_instructions.json`, or if a 4096-route parked pull
 //! (a normal route, an urgent route: [`FLAT_ROWS`]) costs more than
 //! [`FLAT`] more than the 8-route one (flatness is about
 //! cost growing with the route count; a larger table that happens to cost
 //! a few instructions less is not a regression). Rows more than
-//! [`IMPROVED`] under their limit are printed so the limit can be tightened
+//! `suite::IMPROVED` (5 %) under their limit are printed so the limit can be tightened
 //! in the same commit.
 //!
 //! `B2_WRITE_BASELINE=1` rewrites the baseline from this run (commit it with
@@ -52,10 +52,6 @@ const WARMUP: usize = 256;
 /// Operations in the first measured loop (the second runs twice as many).
 /// A multiple of 8, the period of every row's inputs.
 const OPS: usize = 2000;
-/// A row fails when it is more than this fraction over its limit.
-const TOLERANCE: f64 = 0.02;
-/// A row this fraction under its limit is reported as improved.
-const IMPROVED: f64 = 0.05;
 /// The 4096-route parked pull may cost this fraction more than the 8-route
 /// one.
 const FLAT: f64 = 0.02;
@@ -304,19 +300,7 @@ fn child(row: &str, ops: usize) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    if let Some((row, ops)) = callgrind::child() {
-        return child(&row, ops);
-    }
-    let suite = Suite {
-        bench: "b2_instructions",
-        baseline: BASELINE,
-        rows: ROWS.iter().map(|&(r, _)| r).collect(),
-        ops: OPS,
-        warmup: WARMUP,
-        tolerance: TOLERANCE,
-        improved: IMPROVED,
-    };
-    suite.run(flat_rows)
+    Suite::new("b2_instructions", BASELINE, ROWS, OPS, WARMUP).main(child, flat_rows)
 }
 
 /// The [`FLAT_ROWS`] check: the 4096-route parked pull against the 8-route

@@ -20,6 +20,11 @@ use serde_json::{json, Map, Value};
 use crate::callgrind::{self, Counts};
 use crate::gate;
 
+/// A row fails when it is more than this fraction over its limit.
+pub const TOLERANCE: f64 = 0.02;
+/// A row this fraction under its limit is reported as improved.
+pub const IMPROVED: f64 = 0.05;
+
 /// A bench binary's rows and the baseline they are gated against.
 pub struct Suite {
     /// The binary's name: JSON file, summary line, dump folder.
@@ -67,6 +72,39 @@ pub struct Extra {
 }
 
 impl Suite {
+    /// A suite of `rows` (name, what one operation is) gated at
+    /// [`TOLERANCE`], reporting rows [`IMPROVED`] under their limit.
+    pub fn new(
+        bench: &'static str,
+        baseline: &'static str,
+        rows: &[(&'static str, &'static str)],
+        ops: usize,
+        warmup: usize,
+    ) -> Self {
+        Self {
+            bench,
+            baseline,
+            rows: rows.iter().map(|&(r, _)| r).collect(),
+            ops,
+            warmup,
+            tolerance: TOLERANCE,
+            improved: IMPROVED,
+        }
+    }
+
+    /// A bench binary's `main`: in a child (see [`callgrind::child`]),
+    /// `child(row, ops)` measures one row; otherwise [`Self::run`].
+    pub fn main(
+        self,
+        child: impl FnOnce(&str, usize) -> ExitCode,
+        extra: impl FnOnce(&Run) -> Extra,
+    ) -> ExitCode {
+        if let Some((row, ops)) = callgrind::child() {
+            return child(&row, ops);
+        }
+        self.run(extra)
+    }
+
     /// Runs the parent: measures, gates, calls `extra` with what was
     /// measured, prints, writes the JSON, and gives the exit code.
     pub fn run(&self, extra: impl FnOnce(&Run) -> Extra) -> ExitCode {

@@ -61,18 +61,14 @@ const ALLOC_MSGS: usize = 2_000;
 /// Writes per thread per timed `host_lock` run.
 const LOCK_WRITES: u64 = 400_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scenario {
-    Parked,
-    AllBusy,
-}
+/// The same two shapes as the same-thread cells, across threads.
+pub use crate::cells::Scenario;
 
-impl Scenario {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Parked => "xthread_parked",
-            Self::AllBusy => "xthread_all_busy",
-        }
+/// A cross-thread scenario's name in tables and JSON.
+pub fn name(s: Scenario) -> &'static str {
+    match s {
+        Scenario::Parked => "xthread_parked",
+        Scenario::AllBusy => "xthread_all_busy",
     }
 }
 
@@ -385,7 +381,7 @@ impl Cell {
     pub fn id(&self) -> String {
         format!(
             "{}/{}/{}/{}",
-            self.scenario.name(),
+            name(self.scenario),
             self.producer.name(),
             self.column.name(),
             self.routes
@@ -447,7 +443,7 @@ fn selected(filter: &str) -> Vec<(Scenario, Producer, Column, usize)> {
                     }
                     let id = format!(
                         "{}/{}/{}/{n}",
-                        scenario.name(),
+                        name(scenario),
                         producer.name(),
                         column.name()
                     );
