@@ -66,8 +66,10 @@ pub struct Record<M: RawMutex, B: Buffer, const R: usize> {
 struct State<B: Buffer, const R: usize> {
     buf: B,
     cursors: [Option<B::Cursor>; R],
-    /// Reader `i`'s waker, kept while it is waiting (and after a wake until
-    /// the reader replaces it, so `will_wake` saves the clone).
+    /// Reader `i`'s waker, stored while it waits. A write takes it out to
+    /// wake it, so a reader that parks again stores a fresh clone; a reader
+    /// polled again while still waiting (a spurious poll) finds its own
+    /// waker here and `will_wake` saves the clone.
     wakers: [Option<Waker>; R],
     /// Bit `i`: reader `i`'s waker is stored and it waits for a write.
     waiting: u32,
