@@ -25,31 +25,26 @@ pub const TOLERANCE: f64 = 0.02;
 /// A row this fraction under its limit is reported as improved.
 pub const IMPROVED: f64 = 0.05;
 
-/// A bench binary's rows and the baseline they are gated against.
+/// A bench binary's rows and the baseline they are gated against (at
+/// [`TOLERANCE`], reporting rows [`IMPROVED`] under their limit).
 pub struct Suite {
     /// The binary's name: JSON file, summary line, dump folder.
-    pub bench: &'static str,
+    bench: &'static str,
     /// The baseline, relative to the workspace root.
-    pub baseline: &'static str,
+    baseline: &'static str,
     /// Every row, in report order.
-    pub rows: Vec<&'static str>,
+    rows: Vec<&'static str>,
     /// Operations in the first measured loop (the second runs twice as
     /// many).
-    pub ops: usize,
+    ops: usize,
     /// Uncounted operations before the measured loops.
-    pub warmup: usize,
-    /// A row fails when it is more than this fraction over its limit.
-    pub tolerance: f64,
-    /// A row this fraction under its limit is reported as improved.
-    pub improved: f64,
+    warmup: usize,
 }
 
 /// What the parent measured, for the binary's own checks.
 pub struct Run {
     /// Instructions per operation of every row measured, in report order.
     pub measured: Vec<(&'static str, f64)>,
-    /// Whether `B2_FILTER` left rows out.
-    pub filtered: bool,
 }
 
 impl Run {
@@ -72,8 +67,7 @@ pub struct Extra {
 }
 
 impl Suite {
-    /// A suite of `rows` (name, what one operation is) gated at
-    /// [`TOLERANCE`], reporting rows [`IMPROVED`] under their limit.
+    /// A suite of `rows` (name, what one operation is).
     pub fn new(
         bench: &'static str,
         baseline: &'static str,
@@ -87,8 +81,6 @@ impl Suite {
             rows: rows.iter().map(|&(r, _)| r).collect(),
             ops,
             warmup,
-            tolerance: TOLERANCE,
-            improved: IMPROVED,
         }
     }
 
@@ -160,8 +152,8 @@ impl Suite {
             BTreeMap::new()
         });
         let rules = gate::Rules {
-            tolerance: self.tolerance,
-            improved: self.improved,
+            tolerance: TOLERANCE,
+            improved: IMPROVED,
             baseline: self.baseline,
             rewrite_hint: "B2_WRITE_BASELINE=1 adds it",
             toolchain: &rustc,
@@ -191,10 +183,7 @@ impl Suite {
             })
             .collect();
 
-        let run = Run {
-            measured,
-            filtered: filter.is_some(),
-        };
+        let run = Run { measured };
         let extra = extra(&run);
         problems.extend(extra.problems);
 
@@ -209,7 +198,7 @@ impl Suite {
                 "valgrind": valgrind,
                 "ops": self.ops,
                 "warmup": self.warmup,
-                "tolerance_pct": self.tolerance * 100.0,
+                "tolerance_pct": TOLERANCE * 100.0,
                 "rows": json_rows,
             });
             if let Value::Object(m) = &mut doc {
@@ -288,7 +277,7 @@ impl Suite {
             .collect();
         let note = format!(
             "Instruction limits per operation under callgrind; a row more than {} % over its limit fails `make bench-gate`. Regenerate with `B2_WRITE_BASELINE=1 cargo bench -p aimdb-bench --bench {}` and commit with the reason. Counts hold for the rustc named per row.",
-            self.tolerance * 100.0,
+            TOLERANCE * 100.0,
             self.bench
         );
         let doc = json!({
