@@ -125,12 +125,8 @@ fn cells() -> Vec<(Scenario, Column, usize)> {
     for scenario in [Scenario::Parked, Scenario::AllBusy] {
         for column in COLUMNS {
             for n in ROUTES {
-                let skip = match scenario {
-                    Scenario::Parked => column == Column::Scan,
-                    Scenario::AllBusy => column == Column::Floor || n < 8,
-                };
                 let id = format!("{}/{}/{n}", scenario.name(), column.name());
-                if !skip && id.contains(filter.as_str()) {
+                if column.runs_in(scenario, n) && id.contains(filter.as_str()) {
                     v.push((scenario, column, n));
                 }
             }
@@ -278,10 +274,7 @@ fn grid(
     title: &str,
     cell: impl Fn(Option<&Bench>) -> String,
 ) {
-    let cols: Vec<Column> = COLUMNS
-        .into_iter()
-        .filter(|&c| s == Scenario::Parked || c != Column::Floor)
-        .collect();
+    let cols: Vec<Column> = COLUMNS.into_iter().filter(|&c| c.runs_in(s, 8)).collect();
     let counts: Vec<usize> = ROUTES
         .into_iter()
         .filter(|&n| s == Scenario::Parked || n >= 8)
@@ -350,6 +343,7 @@ fn report(
     let mut bounds = bounds::bounds(benches);
     bounds.extend(bounds::xbounds(cross, locks));
     bounds.extend(bounds::latency_bounds(benches, cross, probe));
+    bounds.extend(bounds::aa_bounds(benches, cross));
     println!("\nbounds (ratios of medians from this run; informational, never a failure):");
     for (i, b) in bounds.iter().enumerate() {
         println!(
@@ -453,11 +447,7 @@ fn xthread_tables(cross: &[xthread::Cell]) -> String {
         for p in [Producer::Thread, Producer::Worker] {
             let cols: Vec<X> = xthread::COLUMNS
                 .into_iter()
-                .filter(|&c| match c {
-                    X::Floor => s == S::Parked,
-                    X::Scan => s == S::AllBusy,
-                    _ => true,
-                })
+                .filter(|&c| c.runs_in(s))
                 .collect();
             if !cross.iter().any(|c| c.scenario == s && c.producer == p) {
                 continue;
@@ -539,7 +529,7 @@ fn xthread_latency_table(cross: &[xthread::Cell]) -> String {
         }
         let cols: Vec<X> = xthread::COLUMNS
             .into_iter()
-            .filter(|&c| c != X::Scan)
+            .filter(|&c| c.runs_in(S::Parked))
             .collect();
         let title = format!(
             "\nxthread_parked (producer: {}) — latency per message, p50/p99/p99.9/max ns",

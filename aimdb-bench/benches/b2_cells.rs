@@ -145,7 +145,8 @@ fn parse(row: &str) -> Option<(Scenario, Column, usize)> {
     let rest = &rest[scenario.name().len() + 1..];
     let (column, n) = rest.rsplit_once('_')?;
     let column = COLUMNS.into_iter().find(|c| c.name() == column)?;
-    Some((scenario, column, n.parse().ok()?))
+    let n = n.parse().ok()?;
+    column.runs_in(scenario, n).then_some((scenario, column, n))
 }
 
 /// The child: build the row's cell, run it under callgrind, check the

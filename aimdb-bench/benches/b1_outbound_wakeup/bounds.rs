@@ -42,6 +42,130 @@ fn worst_ratio(
     (worst.0, worst.1, detail)
 }
 
+/// The A/A control: the range (lowest, highest) of `a / b` over the
+/// counts where both exist, for two columns that run the same design;
+/// `None` when no count has both.
+fn spread(pairs: impl Iterator<Item = (Option<f64>, Option<f64>)>) -> Option<(f64, f64)> {
+    pairs
+        .filter_map(|(a, b)| Some(a? / b?))
+        .fold(None, |acc, r| match acc {
+            None => Some((r, r)),
+            Some((lo, hi)) => Some((lo.min(r), hi.max(r))),
+        })
+}
+
+/// ` [A/A: lo–hi]` for a bound's text, or nothing without a control.
+fn aa(range: Option<(f64, f64)>) -> String {
+    range.map_or(String::new(), |(lo, hi)| {
+        format!(" [A/A control, task_per_route_control / task_per_route: {lo:.2}-{hi:.2}]")
+    })
+}
+
+/// The same-thread parked A/A range over every count, of the figure `f`
+/// reads from a cell (a median or a p99).
+fn aa_same(f: impl Fn(Column, usize) -> Option<f64>) -> Option<(f64, f64)> {
+    spread(
+        ROUTES
+            .iter()
+            .map(|&n| (f(Column::Control, n), f(Column::TaskPerRoute, n))),
+    )
+}
+
+/// The cross-thread parked A/A range of producer `p` over every count.
+fn aa_cross(
+    p: xthread::Producer,
+    f: impl Fn(xthread::Producer, xthread::Column, usize) -> Option<f64>,
+) -> Option<(f64, f64)> {
+    use xthread::Column as X;
+    spread(
+        ROUTES
+            .iter()
+            .map(|&n| (f(p, X::Control, n), f(p, X::TaskPerRoute, n))),
+    )
+}
+
+/// ` [A/A control, …: thread lo–hi, worker lo–hi]` for a cross-thread
+/// bound's text.
+fn aa_producers(f: impl Fn(xthread::Producer, xthread::Column, usize) -> Option<f64>) -> String {
+    let mut t = String::new();
+    for p in [xthread::Producer::Thread, xthread::Producer::Worker] {
+        if let Some((lo, hi)) = aa_cross(p, &f) {
+            let sep = if t.is_empty() { "" } else { ", " };
+            let _ = write!(t, "{sep}{} {lo:.2}-{hi:.2}", p.name());
+        }
+    }
+    if t.is_empty() {
+        return t;
+    }
+    format!(" [A/A control, task_per_route_control / task_per_route: {t}]")
+}
+
+/// The A/A controls on their own lines (informational): per scenario and
+/// figure, the range of `task_per_route_control / task_per_route` over the
+/// counts (and producers), and as `ratio` the largest factor between the
+/// two identical columns, `max(hi, 1 / lo)`. A parity bound that reads
+/// inside that factor cannot be told from parity in this run.
+pub fn aa_bounds(benches: &[Bench], cross: &[xthread::Cell]) -> Vec<Bound> {
+    let p99 = |b: Option<&Bench>| {
+        b.and_then(|b| b.cell.sink.stamp.percentiles())
+            .map(|p| p.p99 as f64)
+    };
+    let xp99 = |p, c, n| {
+        xthread::find(cross, xthread::Scenario::Parked, p, c, n)
+            .and_then(|x| x.sink.stamp.percentiles())
+            .map(|l| l.p99 as f64)
+    };
+    let xmedian = |p, c, n| xthread::median(cross, xthread::Scenario::Parked, p, c, n);
+    let lines = [
+        (
+            "aa_control_parked_median",
+            "parked, medians",
+            aa_same(|c, n| median(benches, Scenario::Parked, c, n)),
+        ),
+        (
+            "aa_control_parked_p99",
+            "parked, p99",
+            aa_same(|c, n| p99(find(benches, Scenario::Parked, c, n))),
+        ),
+        (
+            "aa_control_xthread_parked_thread_median",
+            "xthread_parked (producer: thread), medians",
+            aa_cross(xthread::Producer::Thread, xmedian),
+        ),
+        (
+            "aa_control_xthread_parked_worker_median",
+            "xthread_parked (producer: worker), medians",
+            aa_cross(xthread::Producer::Worker, xmedian),
+        ),
+        (
+            "aa_control_xthread_parked_thread_p99",
+            "xthread_parked (producer: thread), p99",
+            aa_cross(xthread::Producer::Thread, xp99),
+        ),
+        (
+            "aa_control_xthread_parked_worker_p99",
+            "xthread_parked (producer: worker), p99",
+            aa_cross(xthread::Producer::Worker, xp99),
+        ),
+    ];
+    lines
+        .into_iter()
+        .filter_map(|(name, what, range)| {
+            let (lo, hi) = range?;
+            let factor = hi.max(1.0 / lo);
+            Some(Bound {
+                name,
+                text: format!(
+                    "A/A control, {what}: task_per_route_control / task_per_route {lo:.3}-{hi:.3} over the counts, two identical columns {factor:.3} x apart at most (informational, no bound)"
+                ),
+                ratio: factor,
+                limit: f64::INFINITY,
+                held: true,
+            })
+        })
+        .collect()
+}
+
 pub fn bounds(benches: &[Bench]) -> Vec<Bound> {
     use Column::*;
     use Scenario::*;
@@ -66,7 +190,8 @@ pub fn bounds(benches: &[Bench]) -> Vec<Bound> {
     v.push(Bound {
         name: "parked_outbound_routes_vs_task_per_route",
         text: format!(
-            "parked: outbound_routes / task_per_route, worst {r2:.3} at {n2} routes (per count:{d2})"
+            "parked: outbound_routes / task_per_route, worst {r2:.3} at {n2} routes (per count:{d2}){}",
+            aa(aa_same(|c, n| median(benches, Scenario::Parked, c, n)))
         ),
         ratio: r2,
         limit: 1.10,
@@ -160,9 +285,10 @@ pub fn xbounds(cross: &[xthread::Cell], locks: &[xthread::LockCell]) -> Vec<Boun
         });
     };
     let busy = [256, 1024, 4096];
+    let control = aa_producers(|p, c, n| xthread::median(cross, S::Parked, p, c, n));
     push(
         "xthread_parked_outbound_routes_vs_task_per_route",
-        "xthread_parked: outbound_routes / task_per_route",
+        &format!("xthread_parked: outbound_routes / task_per_route{control}"),
         xworst(
             cross,
             S::Parked,
@@ -174,7 +300,7 @@ pub fn xbounds(cross: &[xthread::Cell], locks: &[xthread::LockCell]) -> Vec<Boun
     );
     push(
         "xthread_parked_outbound_routes_thread_vs_task_per_route",
-        "xthread_parked: outbound_routes_thread / task_per_route",
+        &format!("xthread_parked: outbound_routes_thread / task_per_route{control}"),
         xworst(
             cross,
             S::Parked,
@@ -290,10 +416,11 @@ pub fn latency_bounds(
             p99(find(benches, Scenario::Parked, Column::TaskPerRoute, n)),
         )
     });
+    let control = aa(aa_same(|c, n| p99(find(benches, Scenario::Parked, c, n))));
     v.push(Bound {
         name: "parked_p99_outbound_routes_vs_task_per_route",
         text: format!(
-            "parked p99: outbound_routes / task_per_route, worst {worst:.3} (per count:{detail})"
+            "parked p99: outbound_routes / task_per_route, worst {worst:.3} (per count:{detail}){control}"
         ),
         ratio: worst,
         limit: 1.1,
@@ -319,10 +446,11 @@ pub fn latency_bounds(
             worst = w;
         }
     }
+    let control = aa_producers(xp99);
     v.push(Bound {
         name: "xthread_parked_p99_outbound_routes_vs_task_per_route",
         text: format!(
-            "xthread_parked p99: outbound_routes / task_per_route, worst {worst:.3} (per producer and count:{detail})"
+            "xthread_parked p99: outbound_routes / task_per_route, worst {worst:.3} (per producer and count:{detail}){control}"
         ),
         ratio: worst,
         limit: 1.1,

@@ -9,6 +9,8 @@
 //!
 //! - `task_per_route`: one `tokio::spawn`ed task per route over
 //!   `Reader::recv`;
+//! - `task_per_route_control` (parked): a second, identical
+//!   `task_per_route` fixture, the A/A control (see `cells::Column::Control`);
 //! - `outbound_routes`: the connector loop over `Routes::next`,
 //!   `tokio::spawn`ed;
 //! - `outbound_routes_thread`: the same loop as the `block_on` future of
@@ -90,14 +92,16 @@ impl Producer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Column {
     TaskPerRoute,
+    Control,
     OutboundRoutes,
     OutboundRoutesThread,
     Floor,
     Scan,
 }
 
-pub const COLUMNS: [Column; 5] = [
+pub const COLUMNS: [Column; 6] = [
     Column::TaskPerRoute,
+    Column::Control,
     Column::OutboundRoutes,
     Column::OutboundRoutesThread,
     Column::Floor,
@@ -108,6 +112,7 @@ impl Column {
     pub fn name(self) -> &'static str {
         match self {
             Self::TaskPerRoute => "task_per_route",
+            Self::Control => "task_per_route_control",
             Self::OutboundRoutes => "outbound_routes",
             Self::OutboundRoutesThread => "outbound_routes_thread",
             Self::Floor => "floor",
@@ -115,9 +120,9 @@ impl Column {
         }
     }
 
-    fn runs_in(self, s: Scenario) -> bool {
+    pub fn runs_in(self, s: Scenario) -> bool {
         match self {
-            Self::Floor => s == Scenario::Parked,
+            Self::Floor | Self::Control => s == Scenario::Parked,
             Self::Scan => s == Scenario::AllBusy,
             _ => true,
         }
@@ -263,7 +268,7 @@ fn build(rt: &Runtime, scenario: Scenario, producer: Producer, column: Column, n
             }
             Input::Records(f.records)
         }
-        Column::TaskPerRoute => {
+        Column::TaskPerRoute | Column::Control => {
             let recs = fixtures::records(n);
             for (r, &topic) in recs.iter().zip(fixtures::out_topics(n)) {
                 let reader = r.subscribe().expect("one reader");

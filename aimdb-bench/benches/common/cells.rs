@@ -9,7 +9,8 @@
 //! b2's outbound rows cost 35 instructions more).
 //!
 //! Columns (see the bench README): `task_per_route` (one task per route
-//! over `Reader::recv`), `outbound_routes` (one task over `Routes::next`),
+//! over `Reader::recv`), `task_per_route_control` (parked only: a second,
+//! identical `task_per_route` fixture, the A/A control), `outbound_routes` (one task over `Routes::next`),
 //! `select_all` and `stream_map` (one task over N `poll_fn` streams of
 //! `Reader::poll_recv`), `floor` (parked only: a consumer and the
 //! producer, each parked on one `AtomicWaker`, handing one value over
@@ -75,6 +76,11 @@ impl Scenario {
 pub enum Column {
     /// One task per route over `Reader::recv`.
     TaskPerRoute,
+    /// Parked only: a second `TaskPerRoute` fixture, built and run the same
+    /// way (its own records, readers and tasks). Its ratio to
+    /// `task_per_route` is what two identical designs read in this run: the
+    /// spread a parity bound has to be read against on this host.
+    Control,
     /// One task over `Routes::next`.
     OutboundRoutes,
     /// One task over `futures::stream::select_all` of N reader streams.
@@ -92,8 +98,9 @@ pub enum Column {
 }
 
 /// Every column, in table order.
-pub const COLUMNS: [Column; 6] = [
+pub const COLUMNS: [Column; 7] = [
     Column::TaskPerRoute,
+    Column::Control,
     Column::OutboundRoutes,
     Column::SelectAll,
     Column::StreamMap,
@@ -106,11 +113,20 @@ impl Column {
     pub fn name(self) -> &'static str {
         match self {
             Self::TaskPerRoute => "task_per_route",
+            Self::Control => "task_per_route_control",
             Self::OutboundRoutes => "outbound_routes",
             Self::SelectAll => "select_all",
             Self::StreamMap => "stream_map",
             Self::Floor => "floor",
             Self::Scan => "scan",
+        }
+    }
+
+    /// Whether the column has cells in scenario `s` (and at `n` routes).
+    pub fn runs_in(self, s: Scenario, n: usize) -> bool {
+        match s {
+            Scenario::Parked => self != Self::Scan,
+            Scenario::AllBusy => !matches!(self, Self::Floor | Self::Control) && n >= 8,
         }
     }
 }
@@ -324,7 +340,7 @@ pub fn build(scenario: Scenario, column: Column, n: usize) -> Cell {
             tokio::task::spawn_local(loops::routes(f.routes, sink.clone()));
             Input::Records(f.records)
         }
-        Column::TaskPerRoute => {
+        Column::TaskPerRoute | Column::Control => {
             let recs = fixtures::records(n);
             for (r, &topic) in recs.iter().zip(fixtures::out_topics(n)) {
                 let reader = r.subscribe().expect("one reader");
