@@ -100,56 +100,77 @@ fn aa_producers(f: impl Fn(xthread::Producer, xthread::Column, usize) -> Option<
     format!(" [A/A control, task_per_route_control / task_per_route: {t}]")
 }
 
+/// The figure an A/A range is read on.
+#[derive(Clone, Copy)]
+enum Figure {
+    Median,
+    P99,
+}
+
+impl Figure {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Median => "medians",
+            Self::P99 => "p99",
+        }
+    }
+
+    /// The figure of a same-thread parked cell.
+    fn same(self, benches: &[Bench], c: Column, n: usize) -> Option<f64> {
+        match self {
+            Self::Median => median(benches, Scenario::Parked, c, n),
+            Self::P99 => find(benches, Scenario::Parked, c, n)
+                .and_then(|b| b.cell.sink.stamp.percentiles())
+                .map(|p| p.p99 as f64),
+        }
+    }
+
+    /// The figure of a cross-thread parked cell.
+    fn cross(
+        self,
+        cross: &[xthread::Cell],
+        p: xthread::Producer,
+        c: xthread::Column,
+        n: usize,
+    ) -> Option<f64> {
+        let s = xthread::Scenario::Parked;
+        match self {
+            Self::Median => xthread::median(cross, s, p, c, n),
+            Self::P99 => xthread::find(cross, s, p, c, n)
+                .and_then(|x| x.sink.stamp.percentiles())
+                .map(|l| l.p99 as f64),
+        }
+    }
+}
+
 /// The A/A controls on their own lines (informational): per scenario and
 /// figure, the range of `task_per_route_control / task_per_route` over the
-/// counts (and producers), and as `ratio` the largest factor between the
-/// two identical columns, `max(hi, 1 / lo)`. A parity bound that reads
-/// inside that factor cannot be told from parity in this run.
+/// counts, and as `ratio` the largest factor between the two identical
+/// columns, `max(hi, 1 / lo)`. A parity bound that reads inside that
+/// factor cannot be told from parity in this run.
 pub fn aa_bounds(benches: &[Bench], cross: &[xthread::Cell]) -> Vec<Bound> {
-    let p99 = |b: Option<&Bench>| {
-        b.and_then(|b| b.cell.sink.stamp.percentiles())
-            .map(|p| p.p99 as f64)
-    };
-    let xp99 = |p, c, n| {
-        xthread::find(cross, xthread::Scenario::Parked, p, c, n)
-            .and_then(|x| x.sink.stamp.percentiles())
-            .map(|l| l.p99 as f64)
-    };
-    let xmedian = |p, c, n| xthread::median(cross, xthread::Scenario::Parked, p, c, n);
-    let lines = [
-        (
-            "aa_control_parked_median",
-            "parked, medians",
-            aa_same(|c, n| median(benches, Scenario::Parked, c, n)),
-        ),
-        (
-            "aa_control_parked_p99",
-            "parked, p99",
-            aa_same(|c, n| p99(find(benches, Scenario::Parked, c, n))),
-        ),
-        (
-            "aa_control_xthread_parked_thread_median",
-            "xthread_parked (producer: thread), medians",
-            aa_cross(xthread::Producer::Thread, xmedian),
-        ),
-        (
-            "aa_control_xthread_parked_worker_median",
-            "xthread_parked (producer: worker), medians",
-            aa_cross(xthread::Producer::Worker, xmedian),
-        ),
-        (
-            "aa_control_xthread_parked_thread_p99",
-            "xthread_parked (producer: thread), p99",
-            aa_cross(xthread::Producer::Thread, xp99),
-        ),
-        (
-            "aa_control_xthread_parked_worker_p99",
-            "xthread_parked (producer: worker), p99",
-            aa_cross(xthread::Producer::Worker, xp99),
-        ),
-    ];
-    lines
-        .into_iter()
+    use xthread::Producer::{Thread, Worker};
+    use Figure::{Median, P99};
+    let same = [
+        ("aa_control_parked_median", Median),
+        ("aa_control_parked_p99", P99),
+    ]
+    .map(|(name, f)| {
+        let what = format!("parked, {}", f.name());
+        (name, what, aa_same(|c, n| f.same(benches, c, n)))
+    });
+    let xthread = [
+        ("aa_control_xthread_parked_thread_median", Thread, Median),
+        ("aa_control_xthread_parked_worker_median", Worker, Median),
+        ("aa_control_xthread_parked_thread_p99", Thread, P99),
+        ("aa_control_xthread_parked_worker_p99", Worker, P99),
+    ]
+    .map(|(name, p, f)| {
+        let what = format!("xthread_parked (producer: {}), {}", p.name(), f.name());
+        (name, what, aa_cross(p, |p, c, n| f.cross(cross, p, c, n)))
+    });
+    same.into_iter()
+        .chain(xthread)
         .filter_map(|(name, what, range)| {
             let (lo, hi) = range?;
             let factor = hi.max(1.0 / lo);
@@ -191,7 +212,7 @@ pub fn bounds(benches: &[Bench]) -> Vec<Bound> {
         name: "parked_outbound_routes_vs_task_per_route",
         text: format!(
             "parked: outbound_routes / task_per_route, worst {r2:.3} at {n2} routes (per count:{d2}){}",
-            aa(aa_same(|c, n| median(benches, Scenario::Parked, c, n)))
+            aa(aa_same(|c, n| Figure::Median.same(benches, c, n)))
         ),
         ratio: r2,
         limit: 1.10,
@@ -285,7 +306,7 @@ pub fn xbounds(cross: &[xthread::Cell], locks: &[xthread::LockCell]) -> Vec<Boun
         });
     };
     let busy = [256, 1024, 4096];
-    let control = aa_producers(|p, c, n| xthread::median(cross, S::Parked, p, c, n));
+    let control = aa_producers(|p, c, n| Figure::Median.cross(cross, p, c, n));
     push(
         "xthread_parked_outbound_routes_vs_task_per_route",
         &format!("xthread_parked: outbound_routes / task_per_route{control}"),
@@ -416,7 +437,7 @@ pub fn latency_bounds(
             p99(find(benches, Scenario::Parked, Column::TaskPerRoute, n)),
         )
     });
-    let control = aa(aa_same(|c, n| p99(find(benches, Scenario::Parked, c, n))));
+    let control = aa(aa_same(|c, n| Figure::P99.same(benches, c, n)));
     v.push(Bound {
         name: "parked_p99_outbound_routes_vs_task_per_route",
         text: format!(
@@ -446,7 +467,7 @@ pub fn latency_bounds(
             worst = w;
         }
     }
-    let control = aa_producers(xp99);
+    let control = aa_producers(|p, c, n| Figure::P99.cross(cross, p, c, n));
     v.push(Bound {
         name: "xthread_parked_p99_outbound_routes_vs_task_per_route",
         text: format!(
