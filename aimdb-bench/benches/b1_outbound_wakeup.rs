@@ -126,7 +126,7 @@ fn cells() -> Vec<(Scenario, Column, usize)> {
         for column in COLUMNS {
             for n in ROUTES {
                 let id = format!("{}/{}/{n}", scenario.name(), column.name());
-                if column.runs_in(scenario, n) && id.contains(filter.as_str()) {
+                if column.runs_in(scenario) && scenario.runs_at(n) && id.contains(filter.as_str()) {
                     v.push((scenario, column, n));
                 }
             }
@@ -274,11 +274,8 @@ fn grid(
     title: &str,
     cell: impl Fn(Option<&Bench>) -> String,
 ) {
-    let cols: Vec<Column> = COLUMNS.into_iter().filter(|&c| c.runs_in(s, 8)).collect();
-    let counts: Vec<usize> = ROUTES
-        .into_iter()
-        .filter(|&n| s == Scenario::Parked || n >= 8)
-        .collect();
+    let cols: Vec<Column> = COLUMNS.into_iter().filter(|&c| c.runs_in(s)).collect();
+    let counts: Vec<usize> = ROUTES.into_iter().filter(|&n| s.runs_at(n)).collect();
     let names: Vec<&str> = cols.iter().map(|c| c.name()).collect();
     rows(t, title, &names, 26, &counts, |n, i| {
         cell(find(benches, s, cols[i], n))
@@ -457,10 +454,7 @@ fn xthread_tables(cross: &[xthread::Cell]) -> String {
                 xthread::name(s),
                 p.name()
             );
-            let counts: Vec<usize> = ROUTES
-                .into_iter()
-                .filter(|&n| s == S::Parked || n >= 8)
-                .collect();
+            let counts: Vec<usize> = ROUTES.into_iter().filter(|&n| s.runs_at(n)).collect();
             let names: Vec<&str> = cols.iter().map(|c| c.name()).collect();
             rows(
                 &mut t,

@@ -146,7 +146,7 @@ fn parse(row: &str) -> Option<(Scenario, Column, usize)> {
     let (column, n) = rest.rsplit_once('_')?;
     let column = COLUMNS.into_iter().find(|c| c.name() == column)?;
     let n = n.parse().ok()?;
-    column.runs_in(scenario, n).then_some((scenario, column, n))
+    (column.runs_in(scenario) && scenario.runs_at(n)).then_some((scenario, column, n))
 }
 
 /// The child: build the row's cell, run it under callgrind, check the

@@ -54,11 +54,17 @@ fn spread(pairs: impl Iterator<Item = (Option<f64>, Option<f64>)>) -> Option<(f6
         })
 }
 
-/// ` [A/A: lo–hi]` for a bound's text, or nothing without a control.
+/// The A/A part of a bound's text, around `ranges` (nothing when empty).
+fn aa_tag(ranges: &str) -> String {
+    if ranges.is_empty() {
+        return String::new();
+    }
+    format!(" [A/A control, task_per_route_control / task_per_route: {ranges}]")
+}
+
+/// ` [A/A …: lo–hi]` for a bound's text, or nothing without a control.
 fn aa(range: Option<(f64, f64)>) -> String {
-    range.map_or(String::new(), |(lo, hi)| {
-        format!(" [A/A control, task_per_route_control / task_per_route: {lo:.2}-{hi:.2}]")
-    })
+    aa_tag(&range.map_or(String::new(), |(lo, hi)| format!("{lo:.2}-{hi:.2}")))
 }
 
 /// The same-thread parked A/A range over every count, of the figure `f`
@@ -94,10 +100,7 @@ fn aa_producers(f: impl Fn(xthread::Producer, xthread::Column, usize) -> Option<
             let _ = write!(t, "{sep}{} {lo:.2}-{hi:.2}", p.name());
         }
     }
-    if t.is_empty() {
-        return t;
-    }
-    format!(" [A/A control, task_per_route_control / task_per_route: {t}]")
+    aa_tag(&t)
 }
 
 /// The figure an A/A range is read on.
@@ -434,19 +437,14 @@ pub fn latency_bounds(
 ) -> Vec<Bound> {
     use probe::{Load, PColumn, Side, PROBE_ROUTES};
     let mut v = Vec::new();
-    let p99 = |b: Option<&Bench>| {
-        b.and_then(|b| b.cell.sink.stamp.percentiles())
-            .map(|p| p.p99 as f64)
-    };
+    let p99 = |c, n| Figure::P99.same(benches, c, n);
+    let xp99 = |p, c, n| Figure::P99.cross(cross, p, c, n);
 
     let mut detail = String::new();
     let worst = ratios(&mut detail, &ROUTES, |n| {
-        (
-            p99(find(benches, Scenario::Parked, Column::OutboundRoutes, n)),
-            p99(find(benches, Scenario::Parked, Column::TaskPerRoute, n)),
-        )
+        (p99(Column::OutboundRoutes, n), p99(Column::TaskPerRoute, n))
     });
-    let control = aa(aa_same(|c, n| Figure::P99.same(benches, c, n)));
+    let control = aa(aa_same(p99));
     v.push(Bound {
         name: "parked_p99_outbound_routes_vs_task_per_route",
         text: format!(
@@ -457,11 +455,6 @@ pub fn latency_bounds(
         held: worst <= 1.1,
     });
 
-    let xp99 = |p: xthread::Producer, c: xthread::Column, n: usize| {
-        xthread::find(cross, xthread::Scenario::Parked, p, c, n)
-            .and_then(|x| x.sink.stamp.percentiles())
-            .map(|l| l.p99 as f64)
-    };
     let mut worst = f64::NAN;
     let mut detail = String::new();
     for p in [xthread::Producer::Thread, xthread::Producer::Worker] {
@@ -476,7 +469,7 @@ pub fn latency_bounds(
             worst = w;
         }
     }
-    let control = aa_producers(|p, c, n| Figure::P99.cross(cross, p, c, n));
+    let control = aa_producers(xp99);
     v.push(Bound {
         name: "xthread_parked_p99_outbound_routes_vs_task_per_route",
         text: format!(

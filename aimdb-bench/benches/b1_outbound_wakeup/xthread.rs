@@ -443,7 +443,7 @@ fn selected(filter: &str) -> Vec<(Scenario, Producer, Column, usize)> {
         for producer in [Producer::Thread, Producer::Worker] {
             for column in COLUMNS.into_iter().filter(|c| c.runs_in(scenario)) {
                 for n in ROUTES {
-                    if scenario == Scenario::AllBusy && n < 8 {
+                    if !scenario.runs_at(n) {
                         continue;
                     }
                     let id = format!(
