@@ -25,6 +25,17 @@ impl<T> UnsafeCell<T> {
         Self(loom::cell::UnsafeCell::new(v))
     }
 
+    /// Runs `f` with a raw pointer to the contents, for reading only
+    /// (several readers may overlap; loom checks that no writer does).
+    #[cfg(not(aimdb_loom))]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+    #[cfg(aimdb_loom)]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        self.0.with(f)
+    }
+
     /// Runs `f` with a raw mutable pointer to the contents.
     #[cfg(not(aimdb_loom))]
     pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {

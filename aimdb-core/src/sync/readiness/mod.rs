@@ -14,35 +14,46 @@
 //! compare-and-swap is its last look at the bitmap), and cleared by the one
 //! marker that finds it (or by the transport itself).
 //!
-//! The waker cell is guarded by *episodes* rather than a lock bit: before
-//! each park the transport numbers the episode (`episode`); the marker that
-//! clears `PARKED` clones the cell's waker, stores that number in `done` (a
-//! plain release store, not a read-modify-write), and only then wakes the
-//! clone. The transport writes the cell, or parks again, only when it sees
-//! `PARKED` clear and `done == episode`, so at most one marker reads the
-//! cell at a time and never while the transport writes it. Compared with
-//! releasing a lock bit in the summary, this saves one read-modify-write
-//! per wake: the `b1_outbound_wakeup` parked rows pay it on every message.
-//! A transport polled between the marker's compare-and-swap and its `done`
-//! store (a few instructions on another thread) polls again instead of
-//! parking. The wake comes after `done` because on a host it is a syscall
-//! (futex, eventfd): a transport woken on another core used to find its
-//! episode still open for the whole syscall and spin, and on an
-//! oversubscribed host it could spin through the marker's time slice
-//! (`xthread_parked`/`outbound_routes_thread` in `b1_outbound_wakeup`:
-//! about 60-80 µs per message before, see `aimdb-bench/README.md`).
+//! The waker cell is read by markers and written by the transport, with
+//! no lock. A marker reads it only after the compare-and-swap that
+//! cleared `PARKED` (which ends the transport's current *episode*: one
+//! episode per successful park), and it wakes *by reference*, straight
+//! from the cell, then counts the episode as finished (`woken`, one
+//! `fetch_add`). The transport counts the episodes it started
+//! (`episode`) and rewrites the cell only when the two counts agree and
+//! `PARKED` is clear: then no marker is reading it, and none can start
+//! before the next park publishes the write. Parking again with the same
+//! waker (every park but the first, for a tokio or embassy task) does not
+//! touch the cell, so it never waits for a marker: markers of successive
+//! episodes may overlap in the cell, as readers only.
+//!
+//! Why by reference: on tokio, a waker clone is a reference-count
+//! increment and waking by value hands it back with a decrement, so
+//! clone-then-wake is three read-modify-writes on the task's state where
+//! `wake_by_ref` is one. A task per route pays those three per message (its
+//! record takes the stored waker and wakes it by value; its next `recv`
+//! clones `cx`'s waker back); the marker pays `wake_by_ref` and the `woken`
+//! count, so the readiness layer costs one read-modify-write fewer than
+//! before (`b2_cells`, `b1_outbound_wakeup` parked rows). The count comes
+//! after the wake, and the transport never waits for it on the hot path:
+//! a transport woken on another core does not wait for the marker's
+//! futex or eventfd syscall to return (before the episode protocol kept
+//! the wake last, such a transport spun through the syscall:
+//! `xthread_parked`/`outbound_routes_thread`, 60-80 µs per message, see
+//! `aimdb-bench/README.md`).
 //!
 //! The marker that clears `PARKED` does not touch the bitmap at all: when
 //! the summary is exactly `PARKED` (nothing else pending), it hands its
 //! route index over in the compare-and-swap that ends the episode
-//! (`PARKED` → `DIRECT`, the index in `direct`, published by the `done`
-//! store), and the transport takes it from there without a swap. A parked
-//! hand-over then costs two read-modify-writes in all (that one and the
-//! transport's next park) instead of five (word, summary, the transport's
-//! summary and word takes, its park). `DIRECT` is cleared by the next park.
-//! When nothing else is pending, [`Pending::take`] serves the handed-over
-//! route at once instead of setting it in its private set and searching
-//! the set for it (with the plain-field message of `outbound`, b2
+//! (`PARKED` → `DIRECT`, then the index plus one in `direct`, stored
+//! before the wake), and the transport takes it from there without a
+//! swap, resetting `direct` to zero. A parked hand-over then costs two
+//! read-modify-writes of the bitmap in all (that one and the transport's
+//! next park) instead of five (word, summary, the transport's summary and
+//! word takes, its park). `DIRECT` is cleared by the next park. When
+//! nothing else is pending, [`Pending::take`] serves the handed-over route
+//! at once instead of setting it in its private set and searching the set
+//! for it (with the plain-field message of `outbound`, b2
 //! `outbound_next_parked` went from 665 to 537 instructions at 80c7fb6).
 //!
 //! The transport keeps a clone of the waker it stored (in [`Pending`]), so
@@ -86,17 +97,20 @@ pub struct Readiness<const W: usize> {
     words: [AtomicU32; W],
     /// Group bits, then `DIRECT`, `PARKED` (see the module doc).
     summary: AtomicU32,
-    /// The route handed over with `DIRECT`: written by the marker that ended
-    /// the episode before it stores `done`.
+    /// The route handed over with `DIRECT`, plus one: stored by the marker
+    /// that ended the episode (before it wakes), reset to 0 by the
+    /// transport when it takes the route.
     direct: AtomicU32,
-    /// Number of the transport's latest park; written by the transport only.
+    /// Episodes started (successful parks), wrapping; written by the
+    /// transport only.
     episode: AtomicU32,
-    /// Latest episode whose waking is over: stored by the marker that
-    /// cleared `PARKED`, or by the transport for an episode no marker ended.
-    done: AtomicU32,
-    /// The transport's waker: read by the marker that ended an episode
-    /// until it stores `done`, written by the transport only while `PARKED`
-    /// is clear and `done == episode`.
+    /// Episodes ended and finished with, wrapping: counted by the marker
+    /// that cleared `PARKED` once its wake is over, or by the transport for
+    /// an episode it ended itself.
+    woken: AtomicU32,
+    /// The transport's waker: read (woken by reference) by the marker that
+    /// ended an episode until it counts `woken`, written by the transport
+    /// only while `PARKED` is clear and `woken == episode`.
     waker: UnsafeCell<Option<Waker>>,
     /// `tags[w][b] == 32 * w + b`. A route waker's data pointer is the
     /// address of its tag: the tag gives the route index, and index plus
@@ -108,18 +122,20 @@ pub struct Readiness<const W: usize> {
     consumer: AtomicU32,
 }
 
-// SAFETY: `words`, `summary`, `episode`, `done` are atomics and `tags` is
-// never written after `new`. The `waker` cell: a marker reads it only after
-// its compare-and-swap cleared `PARKED` (acquire: it sees the cell the
-// transport wrote before its releasing park), and only until it stores
-// `done` (release), cloning the waker to wake after that store. The
-// transport writes it only after loading `PARKED`
-// clear and `done == episode` (acquire: every read by the marker of that
-// episode happened before), and it sets `PARKED` again only after the
-// write. Only one marker can clear `PARKED` per episode and no new episode
-// starts before `done` caught up, so readers never overlap each other or
-// the writer. `Waker` is `Send + Sync`, so the waker may be cloned, woken
-// and dropped from any thread.
+// SAFETY: `words`, `summary`, `direct`, `episode`, `woken` are atomics and
+// `tags` is never written after `new`. The `waker` cell: a marker reads it
+// (through a shared reference, `wake_by_ref`) only after its
+// compare-and-swap cleared `PARKED` (acquire: it sees the cell the
+// transport wrote before its releasing park), and only until it adds one
+// to `woken` (release). Each successful park adds one to `episode` and can
+// be ended by one compare-and-swap only, whose winner (a marker, or the
+// transport) adds one to `woken` when it is done with the cell. The
+// transport writes the cell only after loading `PARKED` clear and
+// `woken == episode` (acquire: every read of every ended episode happened
+// before), and it sets `PARKED` again only after the write, so no reader
+// overlaps the writer. Readers of successive episodes may overlap each
+// other: they only read. `Waker` is `Send + Sync`, so the waker may be
+// woken by reference from any thread.
 unsafe impl<const W: usize> Sync for Readiness<W> {}
 
 impl<const W: usize> Readiness<W> {
@@ -149,7 +165,7 @@ impl<const W: usize> Readiness<W> {
                 summary: AtomicU32::new(0),
                 direct: AtomicU32::new(0),
                 episode: AtomicU32::new(0),
-                done: AtomicU32::new(0),
+                woken: AtomicU32::new(0),
                 waker: UnsafeCell::new(None),
                 tags,
                 consumer: AtomicU32::new(0),
@@ -216,31 +232,42 @@ impl<const W: usize> Readiness<W> {
         {
             return false;
         }
-        // Read by the transport only after it acquires our `done` store.
-        self.direct.store(i as u32, Ordering::Relaxed);
-        self.end_episode(true);
+        // The transport reads it once non-zero (it reset it to zero when it
+        // took the last one, before the park we just ended).
+        self.direct.store(i as u32 + 1, Ordering::Release);
+        self.end_episode();
         true
     }
 
-    /// Ends the current episode: with `wake`, wakes the cell's waker first
-    /// (the marker that cleared `PARKED`); then stores the episode in
-    /// `done`, after which the transport may rewrite the cell or park again.
-    /// Every way an episode ends goes through here: the marker that cleared
-    /// `PARKED` (with `wake`), or the transport for an episode no marker
-    /// ended (it cleared `PARKED` itself, or its park failed).
-    fn end_episode(&self, wake: bool) {
-        // `episode` is the transport's: it wrote it before the releasing
-        // park a marker's compare-and-swap acquired, or it is the caller.
-        let e = self.episode.load(Ordering::Relaxed);
-        let waker = if wake { self.take_cell_clone() } else { None };
-        self.done.store(e, Ordering::Release);
-        // Woken after `done`: a transport on another thread that runs as
-        // soon as the wake lands finds its episode over (and a `DIRECT`
-        // route readable) instead of polling until this thread returns
-        // from the wake, which on a host is a futex or eventfd syscall.
-        if let Some(w) = waker {
-            w.wake();
+    /// Ends the current episode, for the marker that cleared `PARKED`:
+    /// wakes the cell's waker by reference, then counts the episode in
+    /// `woken`, after which the transport may rewrite the cell.
+    fn end_episode(&self) {
+        // SAFETY: the caller cleared `PARKED` and has not counted `woken`
+        // yet: the transport does not write the cell until it has (see the
+        // `Sync` argument). Other markers may read it at the same time
+        // (shared reads only).
+        self.waker.with(|cell| {
+            if let Some(w) = unsafe { &*cell } {
+                w.wake_by_ref();
+            }
+        });
+        self.woken.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The route a marker handed over with `DIRECT`, if it has stored it
+    /// yet; taking it resets the slot for the next hand-over. Transport
+    /// only, while `DIRECT` is set and its route not taken.
+    #[inline(always)]
+    fn take_direct(&self) -> Option<usize> {
+        let d = self.direct.load(Ordering::Acquire);
+        if d == 0 {
+            return None;
         }
+        // The next marker stores only after our next park, which comes
+        // after this store.
+        self.direct.store(0, Ordering::Relaxed);
+        Some(d as usize - 1)
     }
 
     /// Sets `group` in the summary and wakes the transport if it was
@@ -283,28 +310,12 @@ impl<const W: usize> Readiness<W> {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    self.end_episode(true);
+                    self.end_episode();
                     return;
                 }
                 Err(x) => s = x,
             }
         }
-    }
-
-    /// A clone of the stored waker, to wake once `done` is stored. Only
-    /// the marker that cleared `PARKED`, before it stores `done`.
-    ///
-    /// Cloning then waking by value costs what waking by reference does on
-    /// tokio (its by-reference wake takes a task reference to schedule, the
-    /// by-value wake hands the clone's over) and nothing on embassy (a
-    /// clone is a pointer copy).
-    fn take_cell_clone(&self) -> Option<Waker> {
-        // SAFETY: the caller cleared `PARKED` for the current episode and
-        // has not stored `done` yet: the transport does not write the cell
-        // until it has (see the `Sync` argument), and no other marker can
-        // clear `PARKED` before the transport parks again, which also waits
-        // for `done`. The clone is ours; the cell is not touched after.
-        self.waker.with_mut(|cell| unsafe { (*cell).clone() })
     }
 
     /// Whether any bit may be set (a hint: the summary word is not cleared
@@ -378,6 +389,9 @@ pub struct Pending<const W: usize> {
     /// comparing against it tells whether the cell needs rewriting without
     /// touching the cell.
     waker: Option<Waker>,
+    /// The vtable address of the waker `waker` was cloned from, which may
+    /// differ from the clone's (see [`Self::is_stored`]).
+    seen_vtable: usize,
     /// Parked, and the route a marker may hand over with `DIRECT` is not
     /// taken yet.
     direct_due: bool,
@@ -394,6 +408,7 @@ impl<const W: usize> Pending<W> {
             urgent_cursor: 0,
             streak: 0,
             waker: None,
+            seen_vtable: 0,
             direct_due: false,
         }
     }
@@ -469,13 +484,11 @@ impl<const W: usize> Pending<W> {
                 // the bitmap path, or a poke): only that one CAS can set
                 // `DIRECT`, so none will come.
                 self.direct_due = false;
-            } else if ready.done.load(Ordering::Acquire) == ready.episode.load(Ordering::Relaxed) {
-                // The marker that woke us handed its route over; it is ours
-                // to read once its `done` store is visible (on another
+            } else if let Some(i) = ready.take_direct() {
+                // The marker that woke us handed its route over (on another
                 // thread it may not have stored it yet: `park` then polls
                 // again).
                 self.direct_due = false;
-                let i = ready.direct.load(Ordering::Relaxed) as usize;
                 if s & GROUPS == 0 && self.bits.is_empty() {
                     return Err(i);
                 }
@@ -526,7 +539,7 @@ impl<const W: usize> Pending<W> {
     /// [`Readiness`]: a second one parking on the same bitmap may miss
     /// wake-ups (never memory safety).
     pub fn park(&mut self, ready: &Readiness<W>, waker: &Waker) -> bool {
-        let mut same = self.waker.as_ref().is_some_and(|w| w.will_wake(waker));
+        let mut same = self.is_stored(waker);
         let mut s = ready.summary.load(Ordering::Acquire);
         loop {
             if s & PARKED != 0 {
@@ -544,7 +557,7 @@ impl<const W: usize> Pending<W> {
                     Ordering::Acquire,
                 ) {
                     Ok(_) => {
-                        ready.end_episode(false);
+                        ready.woken.fetch_add(1, Ordering::AcqRel);
                         self.direct_due = false;
                         s &= !PARKED;
                     }
@@ -557,51 +570,75 @@ impl<const W: usize> Pending<W> {
             if s & GROUPS != 0 {
                 return false;
             }
-            let e = ready.episode.load(Ordering::Relaxed);
-            if self.direct_due || ready.done.load(Ordering::Acquire) != e {
-                // The marker that ended episode `e` has cleared `PARKED`
-                // on another thread but not yet stored `done` (a few
-                // instructions: it wakes only after that store), so its
-                // `DIRECT` route is not readable yet: neither rewrite the
-                // cell nor start an episode under it. Poll again.
+            if self.direct_due {
+                // `DIRECT` is set (`take` clears `direct_due` otherwise) and
+                // its route not taken: absorb again once it is readable. The
+                // marker that set it stores it right after its
+                // compare-and-swap; on another thread it may not have yet:
+                // poll again rather than park over it.
+                if ready.direct.load(Ordering::Acquire) != 0 {
+                    return false;
+                }
                 waker.wake_by_ref();
                 spin_loop();
                 return true;
             }
             if !same {
+                if ready.woken.load(Ordering::Acquire) != ready.episode.load(Ordering::Relaxed) {
+                    // The marker of an earlier episode is still waking
+                    // through the cell (on another thread): the cell cannot
+                    // be rewritten yet. Poll again.
+                    waker.wake_by_ref();
+                    spin_loop();
+                    return true;
+                }
                 self.replace_waker(ready, waker);
                 same = true;
             }
-            let e = e.wrapping_add(1);
-            ready.episode.store(e, Ordering::Relaxed);
             // `DIRECT`, if set, was taken (above): the park clears it.
             match ready
                 .summary
                 .compare_exchange(s, PARKED, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => {
+                    // Only the transport writes `episode`; markers never
+                    // read it.
+                    let e = ready.episode.load(Ordering::Relaxed);
+                    ready.episode.store(e.wrapping_add(1), Ordering::Relaxed);
                     self.direct_due = true;
                     return true;
                 }
-                Err(x) => {
-                    // Not parked after all, so no marker will end episode
-                    // `e`: end it here.
-                    ready.end_episode(false);
-                    s = x;
-                }
+                Err(x) => s = x,
             }
         }
     }
 
+    /// Whether the cell already holds a waker that wakes the same task as
+    /// `waker`. `will_wake` against our clone, or the clone shares
+    /// `waker`'s data and `waker` has the vtable of the waker we cloned
+    /// (then `waker` is the waker we cloned, again: the clone keeps that
+    /// data alive, so it names the same object). The second test is for
+    /// executors whose by-reference waker has another vtable than its
+    /// clones: tokio's `block_on` (`tokio_io::run_on_thread`) lends one,
+    /// and `will_wake` alone rewrote the cell on every park there.
+    #[inline]
+    fn is_stored(&self, waker: &Waker) -> bool {
+        self.waker.as_ref().is_some_and(|w| {
+            w.will_wake(waker)
+                || (w.data() == waker.data()
+                    && core::ptr::from_ref(waker.vtable()) as usize == self.seen_vtable)
+        })
+    }
+
     /// Stores `waker` in the cell (the first park, or the task's waker
-    /// changed). The caller saw `PARKED` clear and `done == episode`.
+    /// changed). The caller saw `PARKED` clear and `woken == episode`.
     #[cold]
     #[inline(never)]
     fn replace_waker(&mut self, ready: &Readiness<W>, waker: &Waker) {
         let new = Some(waker.clone());
-        // SAFETY: `PARKED` is clear and the last episode's marker stored
-        // `done` (acquired by the caller), so no marker reads the cell, and
-        // none will before our next park publishes the write (see the
+        // SAFETY: `PARKED` is clear and every ended episode was counted in
+        // `woken` (acquired by the caller), so no marker reads the cell,
+        // and none will before our next park publishes the write (see the
         // `Sync` argument).
         let old = ready
             .waker
@@ -609,6 +646,7 @@ impl<const W: usize> Pending<W> {
         // Dropping a waker runs foreign code: after the cell is consistent.
         drop(old);
         self.waker = Some(waker.clone());
+        self.seen_vtable = core::ptr::from_ref(waker.vtable()) as usize;
     }
 
     /// Marks route `i` pending (it may have more to deliver).

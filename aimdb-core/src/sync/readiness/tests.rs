@@ -158,3 +158,42 @@ fn direct_hand_over_of_an_urgent_route_moves_the_urgent_cursor() {
         "urgent first, from past route 1"
     );
 }
+
+/// A transport polled with a by-reference waker whose clones have another
+/// vtable (tokio's `block_on` lends one): re-parking with it must not
+/// rewrite the cell, which would clone on every park and, after a
+/// cross-thread wake, wait for the marker's wake to return. Counts the
+/// clones: two per rewrite (the cell's and `Pending`'s own).
+#[test]
+fn lent_waker_with_another_vtable_is_stored_once() {
+    use core::task::{RawWaker, RawWakerVTable};
+    use std::sync::atomic::{AtomicUsize, Ordering as O};
+
+    static CLONES: AtomicUsize = AtomicUsize::new(0);
+    static WAKES: AtomicUsize = AtomicUsize::new(0);
+    unsafe fn clone(data: *const ()) -> RawWaker {
+        CLONES.fetch_add(1, O::SeqCst);
+        RawWaker::new(data, &OWNED)
+    }
+    unsafe fn wake(_: *const ()) {
+        WAKES.fetch_add(1, O::SeqCst);
+    }
+    unsafe fn drop(_: *const ()) {}
+    static LENT: RawWakerVTable = RawWakerVTable::new(clone, wake, wake, drop);
+    static OWNED: RawWakerVTable = RawWakerVTable::new(clone, wake, wake, drop);
+    static TASK: u8 = 0;
+
+    // SAFETY: the vtable functions only touch the counters; the data
+    // pointer is a `static`'s, never dereferenced.
+    let lent = unsafe { Waker::from_raw(RawWaker::new(core::ptr::from_ref(&TASK).cast(), &LENT)) };
+    let r: &'static Readiness<1> = std::boxed::Box::leak(std::boxed::Box::new(Readiness::new()));
+    let mut p = Pending::<1>::new();
+    for round in 0..5 {
+        assert!(p.park(r, &lent), "nothing ready");
+        r.route_waker(round % 32).wake();
+        assert_eq!(p.take(r), Some(round % 32), "handed over");
+        assert_eq!(p.take(r), None);
+    }
+    assert_eq!(WAKES.load(O::SeqCst), 5, "one wake per park");
+    assert_eq!(CLONES.load(O::SeqCst), 2, "the cell was written once");
+}
