@@ -144,13 +144,15 @@ impl<T, E: crate::codec::EncodeOwned<T>> EncodeKind<T, E> for Owned {
     }
 }
 
-/// The connector-wide buffers a route writes into.
+/// The connector-wide buffers a route writes into, and where it describes
+/// what it produced.
 #[derive(Debug)]
 pub struct Out<'s> {
     pub(crate) topic: &'s mut [u8],
     pub(crate) payload: &'s mut [u8],
     #[cfg(feature = "alloc")]
     pub(crate) owned: &'s mut alloc::vec::Vec<u8>,
+    pub(crate) produced: &'s mut Produced,
 }
 
 /// Where a produced payload is.
@@ -162,19 +164,24 @@ pub enum Payload {
     Owned,
 }
 
-/// What one successful poll of a route produced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What one successful poll of a route produced, written by the route
+/// field by field into the table's own copy ([`Out::produced`]), so the
+/// type-erased call returns only a small `Poll<Result<bool, _>>` (in
+/// registers) and nothing is copied between the route's result and the
+/// table's message (a struct returned through memory and copied whole
+/// compiled to wide loads over narrow stores, which the CPU cannot
+/// forward; see `outbound`'s `b1_outbound_wakeup` notes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Produced {
-    /// `Some(n)`: the topic is the first `n` bytes of the topic scratch (a
-    /// topic is never empty); `None`: the route's fixed topic.
-    pub topic_len: Option<NonZeroUsize>,
-    /// The payload.
-    pub payload: Payload,
+    /// `n > 0`: the topic is the first `n` bytes of the topic scratch (a
+    /// topic is never empty); `0`: the route's fixed topic.
+    pub topic_len: usize,
+    /// Length of the payload in the shared scratch, unless `owned`.
+    pub payload_len: usize,
     /// Values lost to `Ring` lag just before this one.
     pub lagged: u64,
-    /// The source may hold more: poll the route again. `false`: the source
-    /// registered the waker and the route waits for it.
-    pub more: bool,
+    /// The payload is the owned buffer.
+    pub owned: bool,
     /// See [`Route::retain`].
     pub retain: bool,
 }
@@ -211,13 +218,16 @@ pub trait Route: sealed::Sealed {
     fn name(&self) -> &'static str;
     /// The fixed topic, if the topic is static.
     fn fixed_topic(&self) -> Option<&str>;
-    /// Takes the next value and encodes it; `Pending` registers `cx`'s waker
-    /// with the source. A `RouteError` means the value was skipped.
+    /// Takes the next value and encodes it, described in
+    /// `out.produced`; `Ready(Ok(more))`: `more` says the source may hold
+    /// more (poll the route again), `false` that it registered the waker
+    /// and the route waits for it. `Pending` registers `cx`'s waker with
+    /// the source. A `RouteError` means the value was skipped.
     fn poll_produce(
         &mut self,
         cx: &mut Context<'_>,
         out: &mut Out<'_>,
-    ) -> Poll<Result<Produced, RouteError>>;
+    ) -> Poll<Result<bool, RouteError>>;
     /// Values skipped by errors on this route (wraps at 2^30 for [`Link`]).
     fn errors(&self) -> u32;
     /// Re-arms the source's current value (see
@@ -311,7 +321,7 @@ where
         &mut self,
         cx: &mut Context<'_>,
         out: &mut Out<'_>,
-    ) -> Poll<Result<Produced, RouteError>> {
+    ) -> Poll<Result<bool, RouteError>> {
         let mut lagged = 0u64;
         let (value, armed) = loop {
             match self.source.poll_recv_armed(cx) {
@@ -323,11 +333,13 @@ where
                 Poll::Ready((Ok(v), armed)) => break (v, armed),
             }
         };
-        let r = self.produce(&value, out, lagged, !armed);
-        if r.is_err() {
-            self.errors = self.errors.wrapping_inc();
+        match self.produce(&value, out, lagged) {
+            Ok(()) => Poll::Ready(Ok(!armed)),
+            Err(e) => {
+                self.errors = self.errors.wrapping_inc();
+                Poll::Ready(Err(e))
+            }
         }
-        Poll::Ready(r)
     }
 
     fn errors(&self) -> u32 {
@@ -351,15 +363,9 @@ where
     Tp: TopicSpec<S::Item>,
     K: EncodeKind<S::Item, E>,
 {
-    fn produce(
-        &self,
-        value: &S::Item,
-        out: &mut Out<'_>,
-        lagged: u64,
-        more: bool,
-    ) -> Result<Produced, RouteError> {
+    fn produce(&self, value: &S::Item, out: &mut Out<'_>, lagged: u64) -> Result<(), RouteError> {
         let topic_len = match self.topic.fixed() {
-            Some(_) => None,
+            Some(_) => 0,
             None => {
                 let mut w = TopicWriter::new(out.topic);
                 self.topic
@@ -369,17 +375,19 @@ where
                 let text =
                     core::str::from_utf8(&out.topic[..n]).map_err(|_| RouteError::TopicInvalid)?;
                 Topic::new(text).map_err(|_| RouteError::TopicInvalid)?;
-                Some(NonZeroUsize::new(n).ok_or(RouteError::TopicInvalid)?)
+                NonZeroUsize::new(n).ok_or(RouteError::TopicInvalid)?.get()
             }
         };
         let payload = K::encode(&self.encoder, value, out).map_err(RouteError::Encode)?;
-        Ok(Produced {
-            topic_len,
-            payload,
-            lagged,
-            more,
-            retain: Route::retain(self),
-        })
+        let p = &mut *out.produced;
+        p.topic_len = topic_len;
+        (p.payload_len, p.owned) = match payload {
+            Payload::Scratch(n) => (n, false),
+            Payload::Owned => (0, true),
+        };
+        p.lagged = lagged;
+        p.retain = Route::retain(self);
+        Ok(())
     }
 }
 

@@ -86,7 +86,7 @@ pub use link::{Borrowed, Link, Route, RouteError, TopicSpec, TopicWriter, Writte
 // What a route produces into is the table's business: reachable (and
 // nameable) only inside the crate, so `Route` cannot be implemented
 // outside it (it is sealed, see `Route`).
-pub(crate) use link::{Out, Payload, Produced};
+pub(crate) use link::{Out, Produced};
 
 use crate::connector::MessageSource;
 use crate::sync::{Pending, Readiness, ReadinessHandle};
@@ -241,56 +241,15 @@ pub struct Routes<
     topic: &'a mut [u8],
     #[cfg(feature = "alloc")]
     owned: alloc::vec::Vec<u8>,
-    current: Option<Current>,
+    /// Route of the message readied by the last successful poll, which
+    /// its route described in `produced`.
+    current: Option<usize>,
+    produced: Produced,
     stats: Stats,
     /// Routes `0..urgent` are urgent.
     urgent: usize,
     /// This table holds its bitmap's consumer claim (released on drop).
     claimed: bool,
-}
-
-/// The message readied by the last successful poll, as plain fields
-/// copied one by one from the route's [`Produced`]. Copying the whole
-/// `Produced` the route has just stored compiles to 16-byte loads over its
-/// 8-byte stores, which the CPU cannot forward from the store buffer: a
-/// stall of about 4 ns per message, the hottest instruction of
-/// `b1_outbound_wakeup`'s `parked/outbound_routes` cells (perf, AMD EPYC).
-/// For the same reason `Produced::topic_len` is an `Option<NonZeroUsize>`:
-/// an `Option<usize>`'s tag was stored as one byte and loaded as eight.
-#[derive(Clone, Copy)]
-struct Current {
-    route: usize,
-    /// Meaningful when `written_topic`.
-    topic_len: usize,
-    /// Meaningful unless `owned`.
-    payload_len: usize,
-    lagged: u64,
-    written_topic: bool,
-    owned: bool,
-    retain: bool,
-}
-
-impl Current {
-    #[inline(always)]
-    fn new(route: usize, p: &Produced) -> Self {
-        let (written_topic, topic_len) = match p.topic_len {
-            Some(n) => (true, n.get()),
-            None => (false, 0),
-        };
-        let (owned, payload_len) = match p.payload {
-            Payload::Scratch(n) => (false, n),
-            Payload::Owned => (true, 0),
-        };
-        Self {
-            route,
-            topic_len,
-            payload_len,
-            lagged: p.lagged,
-            written_topic,
-            owned,
-            retain: p.retain,
-        }
-    }
 }
 
 impl<'a, H: ReadinessHandle<W>, const W: usize, const N: usize, D> Drop for Routes<'a, H, W, N, D>
@@ -345,6 +304,7 @@ where
                 #[cfg(feature = "alloc")]
                 owned: alloc::vec::Vec::new(),
                 current: None,
+                produced: Produced::default(),
                 stats: Stats::default(),
                 urgent: 0,
                 claimed: false,
@@ -432,7 +392,6 @@ where
     }
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.current = None;
         loop {
             // Take new ready bits on every pull, not only when the private
             // set ran dry: a route armed while delivering its last value is
@@ -451,28 +410,33 @@ where
             let Some(route) = self.routes.get_mut(i) else {
                 continue;
             };
-            let waker = self.ready.route_waker(i);
-            let mut rcx = Context::from_waker(&waker);
+            // The route writes the scratches: the last message is gone.
+            // (A poll that finds nothing ready leaves it, intact.)
+            self.current = None;
             let mut out = Out {
                 topic: self.topic,
                 payload: self.payload,
                 #[cfg(feature = "alloc")]
                 owned: &mut self.owned,
+                produced: &mut self.produced,
             };
-            match route.poll_produce(&mut rcx, &mut out) {
+            let polled = self.ready.with_route_waker(i, |waker| {
+                route.poll_produce(&mut Context::from_waker(waker), &mut out)
+            });
+            match polled {
                 // The reader registered the route waker.
                 Poll::Pending => continue,
-                Poll::Ready(Ok(p)) => {
+                Poll::Ready(Ok(more)) => {
                     // The reader holds more (a `Ring` burst): look again
                     // after the other ready routes had their turn. Otherwise
                     // it registered the route waker while taking the value,
                     // so no second poll is needed to park it.
-                    if p.more {
+                    if more {
                         self.pending.set(i);
                     }
                     self.stats.sent = self.stats.sent.wrapping_add(1);
-                    self.stats.lagged += p.lagged;
-                    self.current = Some(Current::new(i, &p));
+                    self.stats.lagged += self.produced.lagged;
+                    self.current = Some(i);
                     return Poll::Ready(());
                 }
                 Poll::Ready(Err(e)) => {
@@ -495,7 +459,7 @@ where
     }
 
     fn current_message(&self) -> Message<'_> {
-        let Some(c) = self.current else {
+        let Some(i) = self.current else {
             return Message {
                 route: usize::MAX,
                 topic: "",
@@ -505,8 +469,8 @@ where
                 urgent: false,
             };
         };
-        let i = c.route;
-        let topic = if c.written_topic {
+        let c = &self.produced;
+        let topic = if c.topic_len != 0 {
             // The route validated these bytes as a topic before returning.
             core::str::from_utf8(&self.topic[..c.topic_len]).unwrap_or("")
         } else {

@@ -4,7 +4,7 @@
 //! into [`Readiness::mark`]. [`ReadinessHandle`] is how the outbound table
 //! reaches them.
 
-use core::mem::offset_of;
+use core::mem::{offset_of, ManuallyDrop};
 use core::task::{RawWaker, RawWakerVTable, Waker};
 
 use super::Readiness;
@@ -107,6 +107,15 @@ pub trait ReadinessHandle<const W: usize> {
     fn readiness(&self) -> &Readiness<W>;
     /// A waker that marks route `i` ready. Allocates nothing.
     fn route_waker(&self, i: usize) -> Waker;
+    /// Runs `f` with route `i`'s waker lent by reference (what the
+    /// outbound table polls a route with). A clone of it is an owned route
+    /// waker. The default lends [`Self::route_waker`]; the `&'static` and
+    /// `Arc` handles lend one that is never dropped, so a pull pays no
+    /// drop call (and, for `Arc`, no reference count) for it.
+    #[inline]
+    fn with_route_waker<R>(&self, i: usize, f: impl FnOnce(&Waker) -> R) -> R {
+        f(&self.route_waker(i))
+    }
 }
 
 impl<const W: usize> ReadinessHandle<W> for &'static Readiness<W> {
@@ -121,6 +130,11 @@ impl<const W: usize> ReadinessHandle<W> for &'static Readiness<W> {
         // long as any clone exists because the struct is `'static`, and the
         // struct is `Sync`, so wakers may travel to any thread.
         unsafe { Waker::from_raw(RawWaker::new(data, &Readiness::<W>::STATIC_VTABLE)) }
+    }
+    #[inline]
+    fn with_route_waker<R>(&self, i: usize, f: impl FnOnce(&Waker) -> R) -> R {
+        // Dropping a static-vtable waker does nothing: skip the call.
+        f(&ManuallyDrop::new(self.route_waker(i)))
     }
 }
 
@@ -140,5 +154,22 @@ impl<const W: usize> ReadinessHandle<W> for alloc::sync::Arc<Readiness<W>> {
             alloc::sync::Arc::increment_strong_count(ptr);
             Waker::from_raw(RawWaker::new(data, &Readiness::<W>::ARC_VTABLE))
         }
+    }
+    #[inline]
+    fn with_route_waker<R>(&self, i: usize, f: impl FnOnce(&Waker) -> R) -> R {
+        let ptr = alloc::sync::Arc::as_ptr(self);
+        let data = Readiness::<W>::tag_ptr(ptr, i.min(Readiness::<W>::CAPACITY - 1));
+        // SAFETY: this waker owns no strong count and is never dropped
+        // (`ManuallyDrop`) nor woken by value: `f` only borrows it, while
+        // `self`, whose count keeps the struct alive, is borrowed too. A
+        // clone takes a count of its own (`arc_clone`), released by its
+        // drop or wake, as for any Arc-vtable waker.
+        let lent = unsafe {
+            ManuallyDrop::new(Waker::from_raw(RawWaker::new(
+                data,
+                &Readiness::<W>::ARC_VTABLE,
+            )))
+        };
+        f(&lent)
     }
 }
