@@ -139,20 +139,21 @@ impl<T, E: Encode<T>> EncodeKind<T, E> for Borrowed {
 #[cfg(feature = "alloc")]
 impl<T, E: crate::codec::EncodeOwned<T>> EncodeKind<T, E> for Owned {
     fn encode(enc: &E, value: &T, out: &mut Out<'_>) -> Result<Payload, EncodeError> {
-        *out.owned = enc.encode_owned(value)?;
+        out.owned = enc.encode_owned(value)?;
         Ok(Payload::Owned)
     }
 }
 
 /// The connector-wide buffers a route writes into, and where it describes
-/// what it produced.
+/// what it produced: the table keeps one and lends it to every route it
+/// polls.
 #[derive(Debug)]
 pub struct Out<'s> {
     pub(crate) topic: &'s mut [u8],
     pub(crate) payload: &'s mut [u8],
     #[cfg(feature = "alloc")]
-    pub(crate) owned: &'s mut alloc::vec::Vec<u8>,
-    pub(crate) produced: &'s mut Produced,
+    pub(crate) owned: alloc::vec::Vec<u8>,
+    pub(crate) produced: Produced,
 }
 
 /// Where a produced payload is.
@@ -379,7 +380,7 @@ where
             }
         };
         let payload = K::encode(&self.encoder, value, out).map_err(RouteError::Encode)?;
-        let p = &mut *out.produced;
+        let p = &mut out.produced;
         p.topic_len = topic_len;
         (p.payload_len, p.owned) = match payload {
             Payload::Scratch(n) => (n, false),

@@ -237,14 +237,12 @@ pub struct Routes<
     ready: H,
     pending: Pending<W>,
     routes: heapless::Vec<&'a mut D, N>,
-    payload: &'a mut [u8],
-    topic: &'a mut [u8],
-    #[cfg(feature = "alloc")]
-    owned: alloc::vec::Vec<u8>,
+    /// The scratches and what the last route polled produced, kept here
+    /// (not built per pull) and lent to each route.
+    out: Out<'a>,
     /// Route of the message readied by the last successful poll, which
     /// its route described in `produced`.
     current: Option<usize>,
-    produced: Produced,
     stats: Stats,
     /// Routes `0..urgent` are urgent.
     urgent: usize,
@@ -299,12 +297,14 @@ where
                 ready,
                 pending: Pending::new(),
                 routes: heapless::Vec::new(),
-                payload,
-                topic,
-                #[cfg(feature = "alloc")]
-                owned: alloc::vec::Vec::new(),
+                out: Out {
+                    topic,
+                    payload,
+                    #[cfg(feature = "alloc")]
+                    owned: alloc::vec::Vec::new(),
+                    produced: Produced::default(),
+                },
                 current: None,
-                produced: Produced::default(),
                 stats: Stats::default(),
                 urgent: 0,
                 claimed: false,
@@ -324,14 +324,14 @@ where
     /// Cancel-safe: a value is taken from its record only in the poll that
     /// returns it, so dropping the future before completion loses nothing.
     pub async fn next(&mut self) -> Message<'_> {
-        poll_fn(|cx| self.poll_ready(cx)).await;
-        self.current_message()
+        let i = poll_fn(|cx| self.poll_ready(cx)).await;
+        self.message(i)
     }
 
     /// Poll-style [`Self::next`].
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Message<'_>> {
         match self.poll_ready(cx) {
-            Poll::Ready(()) => Poll::Ready(self.current_message()),
+            Poll::Ready(i) => Poll::Ready(self.message(i)),
             Poll::Pending => Poll::Pending,
         }
     }
@@ -339,7 +339,7 @@ where
     /// The message produced by the last successful poll, again (for a
     /// transport whose write failed and that wants to retry it).
     pub fn last(&self) -> Option<Message<'_>> {
-        self.current.map(|_| self.current_message())
+        self.current.map(|i| self.message(i))
     }
 
     /// Marks every route ready, so each is polled again: `Latest` routes
@@ -391,7 +391,8 @@ where
         self.ready.readiness()
     }
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    /// Readies the next message; `Ready(i)`: route `i` produced it.
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<usize> {
         loop {
             // Take new ready bits on every pull, not only when the private
             // set ran dry: a route armed while delivering its last value is
@@ -413,15 +414,9 @@ where
             // The route writes the scratches: the last message is gone.
             // (A poll that finds nothing ready leaves it, intact.)
             self.current = None;
-            let mut out = Out {
-                topic: self.topic,
-                payload: self.payload,
-                #[cfg(feature = "alloc")]
-                owned: &mut self.owned,
-                produced: &mut self.produced,
-            };
+            let out = &mut self.out;
             let polled = self.ready.with_route_waker(i, |waker| {
-                route.poll_produce(&mut Context::from_waker(waker), &mut out)
+                route.poll_produce(&mut Context::from_waker(waker), out)
             });
             match polled {
                 // The reader registered the route waker.
@@ -435,9 +430,9 @@ where
                         self.pending.set(i);
                     }
                     self.stats.sent = self.stats.sent.wrapping_add(1);
-                    self.stats.lagged += self.produced.lagged;
+                    self.stats.lagged += self.out.produced.lagged;
                     self.current = Some(i);
-                    return Poll::Ready(());
+                    return Poll::Ready(i);
                 }
                 Poll::Ready(Err(e)) => {
                     // Whether the reader was armed is not carried by an
@@ -458,32 +453,24 @@ where
         *c = c.wrapping_add(1);
     }
 
-    fn current_message(&self) -> Message<'_> {
-        let Some(i) = self.current else {
-            return Message {
-                route: usize::MAX,
-                topic: "",
-                payload: &[],
-                lagged: 0,
-                retain: false,
-                urgent: false,
-            };
-        };
-        let c = &self.produced;
+    /// The message route `i` produced in the last successful poll (`i` is
+    /// `current`).
+    fn message(&self, i: usize) -> Message<'_> {
+        let c = &self.out.produced;
         let topic = if c.topic_len != 0 {
             // The route validated these bytes as a topic before returning.
-            core::str::from_utf8(&self.topic[..c.topic_len]).unwrap_or("")
+            core::str::from_utf8(&self.out.topic[..c.topic_len]).unwrap_or("")
         } else {
             self.routes[i].fixed_topic().unwrap_or("")
         };
         let payload: &[u8] = if c.owned {
             #[cfg(feature = "alloc")]
-            let owned: &[u8] = &self.owned;
+            let owned: &[u8] = &self.out.owned;
             #[cfg(not(feature = "alloc"))]
             let owned: &[u8] = &[];
             owned
         } else {
-            &self.payload[..c.payload_len]
+            &self.out.payload[..c.payload_len]
         };
         Message {
             route: i,
@@ -582,7 +569,7 @@ where
     D: Route + ?Sized + 'a,
 {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        Routes::poll_ready(self, cx)
+        Routes::poll_ready(self, cx).map(|_| ())
     }
     fn message(&self) -> Option<Message<'_>> {
         Routes::last(self)
