@@ -337,7 +337,9 @@ where
     }
 
     /// The message produced by the last successful poll, again (for a
-    /// transport whose write failed and that wants to retry it).
+    /// transport whose write failed and that wants to retry it). A later
+    /// poll that finds nothing ready keeps it; one that polls a route
+    /// (which writes the scratches) forgets it first.
     pub fn last(&self) -> Option<Message<'_>> {
         self.current.map(|i| self.message(i))
     }

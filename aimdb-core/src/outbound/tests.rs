@@ -668,3 +668,37 @@ fn urgent_route_ready_with_4095_others_in_one_absorb_comes_first_and_none_is_los
     assert_eq!(rest.len(), 4095, "every normal route once");
     assert!(!rest.contains(&0));
 }
+
+/// `last()` is the message of the last successful poll for as long as its
+/// scratches are untouched: a poll that finds nothing ready keeps it (a
+/// transport retrying a failed write after an idle poll still has it), a
+/// poll that polls a route forgets it first (an encode error may have
+/// overwritten the payload scratch).
+#[test]
+fn last_survives_an_idle_poll_not_a_route_poll() {
+    let big: &'static Record<Cs, Ring<[u8; 8], 4>, 1> = leak(Record::new("big"));
+    let small: &'static Record<Cs, Ring<u8, 4>, 1> = leak(Record::new("small"));
+    let ready: &'static Readiness<1> = leak(Readiness::new());
+    let mut l0 = Link::new(big.subscribe().unwrap(), "big", Postcard);
+    let mut l1 = Link::new(small.subscribe().unwrap(), "small", Postcard);
+    let (mut p, mut t) = ([0u8; 4], [0u8; 8]);
+    let mut b = Routes::<_, 1, 4>::builder(ready, &mut p, &mut t);
+    b.link(&mut l0).link(&mut l1);
+    let mut routes = b.build().unwrap();
+    assert!(routes.last().is_none(), "nothing produced yet");
+    small.write(5);
+    assert_eq!(
+        poll(&mut routes, Waker::noop()).map(|m| m.2),
+        Some(std::vec![5])
+    );
+    assert!(poll(&mut routes, Waker::noop()).is_none(), "nothing ready");
+    let m = routes.last().expect("kept across the idle poll");
+    assert_eq!((m.route, m.topic, m.payload), (1, "small", &[5u8][..]));
+    big.write([1; 8]); // 8 bytes into a 4-byte scratch: skipped
+    assert!(poll(&mut routes, Waker::noop()).is_none());
+    assert_eq!(routes.stats().encode_errors, 1);
+    assert!(
+        routes.last().is_none(),
+        "a polled route may have written the scratch"
+    );
+}
