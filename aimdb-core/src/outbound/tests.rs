@@ -129,17 +129,37 @@ fn written_topic_and_its_errors() {
     assert_eq!(routes2.stats().topic_too_long, 1);
 }
 
+type BigRec = Record<Cs, Ring<[u8; 8], 4>, 1>;
+type SmallRec = Record<Cs, Ring<u8, 4>, 1>;
+
+/// Route 0 over `big` (8-byte values, which a 4-byte payload scratch
+/// cannot hold: every value is an encode error), route 1 over `small`.
+fn big_and_small() -> (
+    &'static BigRec,
+    &'static SmallRec,
+    Routes<'static, &'static Readiness<1>, 1, 4>,
+) {
+    let big: &'static BigRec = leak(Record::new("big"));
+    let small: &'static SmallRec = leak(Record::new("small"));
+    let l0 = Box::leak(Box::new(Link::new(
+        big.subscribe().unwrap(),
+        "big",
+        Postcard,
+    )));
+    let l1 = Box::leak(Box::new(Link::new(
+        small.subscribe().unwrap(),
+        "small",
+        Postcard,
+    )));
+    let (p, t) = (Box::leak(Box::new([0u8; 4])), Box::leak(Box::new([0u8; 4])));
+    let mut b = Routes::<_, 1, 4>::builder(leak(Readiness::new()), p, t);
+    b.link(l0).link(l1);
+    (big, small, b.build().unwrap())
+}
+
 #[test]
 fn encode_error_skips_value_and_other_routes_continue() {
-    let big: &'static Record<Cs, Ring<[u8; 8], 4>, 1> = leak(Record::new("big"));
-    let small: &'static Record<Cs, Ring<u8, 4>, 1> = leak(Record::new("small"));
-    let ready: &'static Readiness<1> = leak(Readiness::new());
-    let mut l0 = Link::new(big.subscribe().unwrap(), "big", Postcard);
-    let mut l1 = Link::new(small.subscribe().unwrap(), "small", Postcard);
-    let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
-    let mut b = Routes::<_, 1, 4>::builder(ready, &mut p, &mut t);
-    b.link(&mut l0).link(&mut l1);
-    let mut routes = b.build().unwrap();
+    let (big, small, mut routes) = big_and_small();
     big.write([1; 8]); // 8 bytes into a 4-byte scratch
     small.write(5);
     big.write([2; 8]);
@@ -676,15 +696,7 @@ fn urgent_route_ready_with_4095_others_in_one_absorb_comes_first_and_none_is_los
 /// overwritten the payload scratch).
 #[test]
 fn last_survives_an_idle_poll_not_a_route_poll() {
-    let big: &'static Record<Cs, Ring<[u8; 8], 4>, 1> = leak(Record::new("big"));
-    let small: &'static Record<Cs, Ring<u8, 4>, 1> = leak(Record::new("small"));
-    let ready: &'static Readiness<1> = leak(Readiness::new());
-    let mut l0 = Link::new(big.subscribe().unwrap(), "big", Postcard);
-    let mut l1 = Link::new(small.subscribe().unwrap(), "small", Postcard);
-    let (mut p, mut t) = ([0u8; 4], [0u8; 8]);
-    let mut b = Routes::<_, 1, 4>::builder(ready, &mut p, &mut t);
-    b.link(&mut l0).link(&mut l1);
-    let mut routes = b.build().unwrap();
+    let (big, small, mut routes) = big_and_small();
     assert!(routes.last().is_none(), "nothing produced yet");
     small.write(5);
     assert_eq!(

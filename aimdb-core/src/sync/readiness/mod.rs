@@ -35,12 +35,13 @@
 //! clones `cx`'s waker back); the marker pays `wake_by_ref` and the `woken`
 //! count, so the readiness layer costs one read-modify-write fewer than
 //! before (`b2_cells`, `b1_outbound_wakeup` parked rows). The count comes
-//! after the wake, and the transport never waits for it on the hot path:
-//! a transport woken on another core does not wait for the marker's
-//! futex or eventfd syscall to return (before the episode protocol kept
-//! the wake last, such a transport spun through the syscall:
-//! `xthread_parked`/`outbound_routes_thread`, 60-80 µs per message, see
-//! `aimdb-bench/README.md`).
+//! after the wake, and the transport never waits for it on the hot path,
+//! so a transport woken on another core does not wait for the marker's
+//! futex or eventfd syscall to return. (A transport that did wait spun
+//! through that syscall: `xthread_parked`/`outbound_routes_thread`, 60-80
+//! µs per message, see `aimdb-bench/README.md`. Only a change of waker
+//! waits for `woken`, which is why [`Pending`] recognises the waker it
+//! stored even when the executor lends one with another vtable.)
 //!
 //! The marker that clears `PARKED` does not touch the bitmap at all: when
 //! the summary is exactly `PARKED` (nothing else pending), it hands its
