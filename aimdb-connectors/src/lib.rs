@@ -13,6 +13,7 @@
 //! | [`framed`] | COBS + postcard frames over any byte stream (UART, TCP, UDS, pipes); [`Framed::run`](framed::Framed::run) for one connection, [`Framed::run_reconnecting`](framed::Framed::run_reconnecting) for the reconnect loop | always |
 //! | `mqtt` | an MQTT 5 client connector on minimq, no heap, keep-alive, reconnect, sessions | `mqtt` |
 //! | [`loopback`] | an in-memory duplex pair, for tests and benches | always |
+//! | [`connect`] | [`Connect`]: opens a connection (two halves) for both reconnecting connectors | always |
 //! | [`reconnect`] | the backoff and policy both reconnecting connectors use | always |
 //! | `tokio_io` | tokio streams as `embedded-io-async` halves, `TcpConnect`, `UnixConnect`, `TokioDelay`, `run_on_thread` | `tokio` |
 //! | `fault` | a transport wrapper that splits, stalls and closes on a plan, for tests | `testing` |
@@ -114,6 +115,7 @@ extern crate std;
 #[macro_use]
 mod log_shim;
 
+pub mod connect;
 #[cfg(feature = "testing")]
 pub mod fault;
 pub mod framed;
@@ -123,3 +125,5 @@ pub mod mqtt;
 pub mod reconnect;
 #[cfg(feature = "tokio")]
 pub mod tokio_io;
+
+pub use connect::{Connect, ConnectFailure};

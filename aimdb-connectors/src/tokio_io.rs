@@ -86,7 +86,7 @@ pub use embedded_io_adapters::tokio_1::FromTokio;
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use tokio::net::{tcp, unix, TcpStream, UnixStream};
 
-use crate::framed;
+use crate::connect::{io_failure, Connect, ConnectFailure};
 
 /// Read and write halves of a TCP stream (no lock between them).
 pub fn tcp(
@@ -124,9 +124,7 @@ pub fn split<T: AsyncRead + AsyncWrite>(
 /// Connects to a TCP address on every connection attempt:
 /// `"host:port"`, `"127.0.0.1:1883"`, `"[::1]:7000"`, or a `SocketAddr`
 /// (its text, resolved anew each time, off the async threads for names).
-/// It is a [`framed::Connect`] (the halves are [`tcp()`]'s) and, with
-/// feature `mqtt`, an [`mqtt::Connect`](crate::mqtt::Connect) (one stream,
-/// Nagle off).
+/// Its halves are [`tcp()`]'s (Nagle off), for either connector.
 ///
 /// Owned text rather than a type parameter: a connector future generic
 /// over a borrowed address type (`&'static str`) is not provably `Send` to
@@ -151,12 +149,15 @@ impl TcpConnect {
     }
 }
 
-impl framed::Connect for TcpConnect {
+impl Connect for TcpConnect {
     type Rx<'c> = FromTokio<tcp::OwnedReadHalf>;
     type Tx<'c> = FromTokio<tcp::OwnedWriteHalf>;
     type Error = std::io::Error;
     async fn connect(&mut self) -> std::io::Result<(Self::Rx<'_>, Self::Tx<'_>)> {
         Ok(tcp(TcpStream::connect(self.addr.as_str()).await?))
+    }
+    fn failure(error: &std::io::Error) -> ConnectFailure {
+        io_failure(error)
     }
 }
 
@@ -174,12 +175,15 @@ impl UnixConnect {
     }
 }
 
-impl framed::Connect for UnixConnect {
+impl Connect for UnixConnect {
     type Rx<'c> = FromTokio<unix::OwnedReadHalf>;
     type Tx<'c> = FromTokio<unix::OwnedWriteHalf>;
     type Error = std::io::Error;
     async fn connect(&mut self) -> std::io::Result<(Self::Rx<'_>, Self::Tx<'_>)> {
         Ok(unix(UnixStream::connect(&self.path).await?))
+    }
+    fn failure(error: &std::io::Error) -> ConnectFailure {
+        io_failure(error)
     }
 }
 

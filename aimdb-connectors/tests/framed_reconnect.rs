@@ -7,7 +7,7 @@ mod common;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 
-use aimdb_connectors::framed::{self, frame, Counters, Framed};
+use aimdb_connectors::framed::{frame, Counters, Framed};
 use aimdb_connectors::loopback::{Pair, PipeReader, PipeWriter};
 use aimdb_connectors::reconnect::{Backoff, Reconnect, Stopped};
 use aimdb_connectors::tokio_io::{TcpConnect, TokioDelay};
@@ -34,7 +34,7 @@ enum Attempt {
 
 struct Script(VecDeque<Attempt>);
 
-impl framed::Connect for Script {
+impl aimdb_connectors::Connect for Script {
     type Rx<'c> = PipeReader<'static, NoopRawMutex, 512>;
     type Tx<'c> = PipeWriter<'static, NoopRawMutex, 512>;
     type Error = &'static str;

@@ -39,7 +39,7 @@ use embassy_sync::blocking_mutex::raw::NoopRawMutex;
 use embedded_io_async::{ErrorType, Read, Write};
 use libfuzzer_sys::fuzz_target;
 
-/// The broker's side of the connection: scripted bytes in, writes dropped.
+/// The broker's sending side: scripted bytes.
 struct Script<'d> {
     data: &'d [u8],
     chunk: usize,
@@ -58,7 +58,14 @@ impl Read for Script<'_> {
     }
 }
 
-impl Write for Script<'_> {
+/// The broker's receiving side: every write dropped.
+struct Discard;
+
+impl ErrorType for Discard {
+    type Error = Infallible;
+}
+
+impl Write for Discard {
     async fn write(&mut self, buf: &[u8]) -> Result<usize, Infallible> {
         Ok(buf.len())
     }
@@ -75,14 +82,19 @@ struct Scripted<'d> {
 }
 
 impl<'d> Connect for Scripted<'d> {
-    type Connection<'c>
+    type Rx<'c>
         = Script<'d>
     where
         Self: 'c;
+    type Tx<'c>
+        = Discard
+    where
+        Self: 'c;
     type Error = ();
-    async fn connect(&mut self) -> Result<Script<'d>, ()> {
+    async fn connect(&mut self) -> Result<(Script<'d>, Discard), ()> {
         self.calls.set(self.calls.get() + 1);
-        self.scripts.iter_mut().find_map(Option::take).ok_or(())
+        let script = self.scripts.iter_mut().find_map(Option::take).ok_or(())?;
+        Ok((script, Discard))
     }
 }
 

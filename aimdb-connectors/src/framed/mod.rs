@@ -74,6 +74,7 @@ use embedded_hal_async::delay::DelayNs;
 use embedded_io_async::{ErrorKind, Read, Write};
 use portable_atomic::{AtomicU32, Ordering};
 
+use crate::connect::Connect;
 use crate::reconnect::{Backoff, Reconnect, Stopped};
 use frame::{Decoder, Event, FrameError};
 pub use frame::{MAX_ENCODED, MAX_FRAME};
@@ -215,50 +216,6 @@ impl Counters {
 
 /// Bytes read from the transport per `read` call.
 const READ_CHUNK: usize = 64;
-
-/// Opens a fresh connection for [`Framed::run_reconnecting`], once per
-/// attempt: its read and write halves, which may borrow from `self` (an
-/// embassy-net socket borrows its buffers).
-///
-/// A link that is always there (a UART) is a pair of halves: `(rx, tx)`
-/// implements `Connect` by lending them out again on every attempt. tokio
-/// hosts have [`tokio_io::TcpConnect`](crate::tokio_io::TcpConnect) and
-/// [`tokio_io::UnixConnect`](crate::tokio_io::UnixConnect); anything else
-/// (a listener that accepts, a serial port that is reopened) is a few
-/// lines.
-// As for `mqtt::Connect`: no `Send` bound on the returned future for
-// generic callers; concrete implementations whose future is `Send` keep
-// the connector future `Send` (pinned in tests/auto_traits.rs).
-#[allow(async_fn_in_trait)]
-pub trait Connect {
-    /// The read half.
-    type Rx<'c>: Read
-    where
-        Self: 'c;
-    /// The write half.
-    type Tx<'c>: Write
-    where
-        Self: 'c;
-    /// Why opening failed.
-    type Error: fmt::Debug;
-    /// Opens the connection (connect, accept, reopen, …).
-    async fn connect(&mut self) -> Result<(Self::Rx<'_>, Self::Tx<'_>), Self::Error>;
-}
-
-impl<R: Read, W: Write> Connect for (R, W) {
-    type Rx<'c>
-        = &'c mut R
-    where
-        Self: 'c;
-    type Tx<'c>
-        = &'c mut W
-    where
-        Self: 'c;
-    type Error = core::convert::Infallible;
-    async fn connect(&mut self) -> Result<(&mut R, &mut W), Self::Error> {
-        Ok((&mut self.0, &mut self.1))
-    }
-}
 
 /// The framed-stream connector's state: a receive decoder of `RX` bytes and
 /// a transmit buffer of `TX` bytes, kept across reconnects.

@@ -2,6 +2,8 @@
 
 use core::fmt;
 
+use crate::connect::ConnectFailure;
+
 /// Why the connector last failed to connect or lost its connection:
 /// [`Counters::last_error`](super::Counters::last_error), readable from
 /// anywhere while it runs.
@@ -9,7 +11,7 @@ use core::fmt;
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum Cause {
-    /// Opening the transport failed ([`Connect::failure`](super::Connect::failure)
+    /// Opening the transport failed ([`Connect::failure`](crate::Connect::failure)
     /// says how).
     Connect(ConnectFailure),
     /// The transport opened but CONNACK (or a SUBACK) did not come within
@@ -33,23 +35,6 @@ pub enum Cause {
     AckTimeout,
 }
 
-/// How opening the transport failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[non_exhaustive]
-pub enum ConnectFailure {
-    /// Nothing listens at the address (TCP connection refused).
-    Refused,
-    /// The attempt timed out.
-    TimedOut,
-    /// No route to the host or network.
-    Unreachable,
-    /// TCP connected, the TLS handshake failed.
-    Tls,
-    /// Anything else.
-    Other,
-}
-
 impl fmt::Display for Cause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -64,18 +49,6 @@ impl fmt::Display for Cause {
                 f.write_str("broker silent while publishes awaited acknowledgement")
             }
         }
-    }
-}
-
-impl fmt::Display for ConnectFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Refused => "connection refused",
-            Self::TimedOut => "timed out",
-            Self::Unreachable => "unreachable",
-            Self::Tls => "TLS handshake failed",
-            Self::Other => "transport error",
-        })
     }
 }
 

@@ -147,15 +147,14 @@
 
 mod cause;
 mod counters;
-#[cfg(feature = "tokio")]
-mod host;
 mod run;
 #[cfg(feature = "tls")]
 mod tls;
 
 use core::fmt;
 
-pub use cause::{Cause, ConnectFailure};
+pub use crate::connect::{Connect, ConnectFailure};
+pub use cause::Cause;
 pub use counters::{Counters, Stats};
 #[cfg(feature = "tls")]
 pub use tls::{tls_client_config, TlsConnect, TlsConnectError, TlsSetupError};
@@ -293,33 +292,6 @@ impl fmt::Debug for Config<'_> {
             .field("subscribe_qos", &self.subscribe_qos)
             .field("session_expiry_secs", &self.session_expiry_secs)
             .finish()
-    }
-}
-
-/// Opens a fresh byte stream to the broker, once per connection attempt.
-///
-/// The connection may borrow from the connector (an embassy-net socket
-/// borrows its RX/TX buffers), hence the lifetime.
-// `async fn` in a public trait gives no `Send` bound on its future for
-// generic callers; `Mqtt::run` is still `Send` for a concrete `Connect`
-// whose future is (`TcpConnect`, `TlsConnect`: rustc sees through the
-// concrete type; pinned in tests/auto_traits.rs). Embassy sockets need no
-// `Send` at all.
-#[allow(async_fn_in_trait)]
-pub trait Connect {
-    /// The open stream.
-    type Connection<'c>: embedded_io_async::Read + embedded_io_async::Write
-    where
-        Self: 'c;
-    /// Why opening failed.
-    type Error: fmt::Debug;
-    /// Opens the stream (TCP connect, TLS handshake, …).
-    async fn connect(&mut self) -> Result<Self::Connection<'_>, Self::Error>;
-    /// How `error` failed, for [`Counters::last_error`]; by default
-    /// [`ConnectFailure::Other`].
-    fn failure(error: &Self::Error) -> ConnectFailure {
-        let _ = error;
-        ConnectFailure::Other
     }
 }
 

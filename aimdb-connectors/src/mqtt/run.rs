@@ -17,6 +17,7 @@ use minimq::{
 use portable_atomic::{AtomicU32, Ordering};
 
 use super::{Cause, Config, Connect, Counters, Mqtt, QoS};
+use crate::connect::Duplex;
 use crate::reconnect::{Reconnect, Stopped};
 
 /// The connection is gone (or never came up), and why; reconnect.
@@ -152,11 +153,14 @@ where
 
     loop {
         let attempt = async {
-            let io = connect
+            let (rx, tx) = connect
                 .connect()
                 .await
                 .map_err(|e| Dropped(Cause::Connect(C::failure(&e))))?;
-            let io = Heard { io, reads: &reads };
+            let io = Heard {
+                io: Duplex { rx, tx },
+                reads: &reads,
+            };
             let mut conn = session
                 .connect(io)
                 .await

@@ -34,6 +34,7 @@ use std::fmt;
 use std::io;
 use std::sync::Arc;
 
+use ::tokio::io::{ReadHalf, WriteHalf};
 use ::tokio::net::TcpStream;
 use embedded_io_adapters::tokio_1::FromTokio;
 use rustls::pki_types::pem::PemObject;
@@ -42,7 +43,7 @@ use rustls::{ClientConfig, RootCertStore};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use super::{Connect, ConnectFailure};
+use crate::connect::{io_failure, Connect, ConnectFailure};
 use crate::tokio_io::TcpConnect;
 
 /// Opens TCP to the broker at `addr`, then TLS with a fixed server name.
@@ -134,25 +135,28 @@ impl fmt::Debug for TlsConnect {
 }
 
 impl Connect for TlsConnect {
-    type Connection<'c>
-        = FromTokio<TlsStream<TcpStream>>
-    where
-        Self: 'c;
+    type Rx<'c> = FromTokio<ReadHalf<TlsStream<TcpStream>>>;
+    type Tx<'c> = FromTokio<WriteHalf<TlsStream<TcpStream>>>;
     type Error = TlsConnectError;
 
-    async fn connect(&mut self) -> Result<Self::Connection<'_>, Self::Error> {
-        let tcp = self.tcp.connect().await.map_err(TlsConnectError::Tcp)?;
+    async fn connect(&mut self) -> Result<(Self::Rx<'_>, Self::Tx<'_>), Self::Error> {
+        let tcp = TcpStream::connect(self.tcp.addr())
+            .await
+            .map_err(TlsConnectError::Tcp)?;
+        // MQTT packets are small and written whole: no Nagle delay.
+        tcp.set_nodelay(true).map_err(TlsConnectError::Tcp)?;
         let stream = self
             .tls
-            .connect(self.server_name.clone(), tcp.into_inner())
+            .connect(self.server_name.clone(), tcp)
             .await
             .map_err(TlsConnectError::Handshake)?;
-        Ok(FromTokio::new(stream))
+        // A TLS session does not split without a lock: tokio's.
+        Ok(crate::tokio_io::split(stream))
     }
 
     fn failure(error: &TlsConnectError) -> ConnectFailure {
         match error {
-            TlsConnectError::Tcp(e) => super::host::io_failure(e),
+            TlsConnectError::Tcp(e) => io_failure(e),
             TlsConnectError::Handshake(_) => ConnectFailure::Tls,
         }
     }

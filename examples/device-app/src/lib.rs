@@ -29,7 +29,7 @@ use aimdb_core::sync::Readiness;
 use device_protocol::{topics, Command, LinkStats, Reading, Status};
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use embassy_time::{Delay, Timer};
-use embedded_io_async::{ErrorType, Read, ReadReady, Write};
+use embedded_io_async::{Read, Write};
 
 /// Readings not yet sent; a burst longer than this is reported as lag.
 pub const READINGS_DEPTH: usize = 32;
@@ -138,7 +138,7 @@ pub fn mqtt_config() -> mqtt::Config<'static> {
 /// Runs the MQTT connector (the same `Mqtt::run` a host runs) over the
 /// streams `connect` opens, with the session buffers given. Returns only
 /// when the reconnect policy gives up.
-pub async fn mqtt_connector<C: mqtt::Connect>(
+pub async fn mqtt_connector<C: aimdb_connectors::Connect>(
     connect: C,
     rx: &mut [u8],
     tx: &mut [u8],
@@ -205,74 +205,6 @@ pub async fn link_stats() {
             LINK_STATS.write(now);
         }
         Timer::after_millis(200).await;
-    }
-}
-
-/// A byte stream that is already open — a UART that QEMU bridges to a TCP
-/// socket, or a serial modem in transparent mode — as the MQTT
-/// connector's [`Connect`](mqtt::Connect): each "connection" is the same
-/// two halves, with whatever the previous connection left unread in the
-/// receiver discarded first (a partial packet would be read as the start
-/// of the new one). On a board with a network stack, `Connect` opens an
-/// embassy-net `TcpSocket` instead.
-pub struct SerialConnect<R, W> {
-    rx: R,
-    tx: W,
-}
-
-impl<R: Read + ReadReady, W: Write> SerialConnect<R, W> {
-    /// Wraps the two halves.
-    pub fn new(rx: R, tx: W) -> Self {
-        Self { rx, tx }
-    }
-}
-
-/// One connection of a [`SerialConnect`]: its two halves, borrowed.
-pub struct Serial<'c, R, W> {
-    rx: &'c mut R,
-    tx: &'c mut W,
-}
-
-impl<R: Read, W: Write<Error = R::Error>> ErrorType for Serial<'_, R, W> {
-    type Error = R::Error;
-}
-
-impl<R: Read, W: Write<Error = R::Error>> Read for Serial<'_, R, W> {
-    async fn read(&mut self, buf: &mut [u8]) -> Result<usize, Self::Error> {
-        self.rx.read(buf).await
-    }
-}
-
-impl<R: Read, W: Write<Error = R::Error>> Write for Serial<'_, R, W> {
-    async fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
-        self.tx.write(buf).await
-    }
-
-    async fn flush(&mut self) -> Result<(), Self::Error> {
-        self.tx.flush().await
-    }
-}
-
-impl<R, W> mqtt::Connect for SerialConnect<R, W>
-where
-    R: Read + ReadReady,
-    W: Write<Error = R::Error>,
-{
-    type Connection<'c>
-        = Serial<'c, R, W>
-    where
-        Self: 'c;
-    type Error = R::Error;
-
-    async fn connect(&mut self) -> Result<Serial<'_, R, W>, R::Error> {
-        let mut junk = [0u8; 32];
-        while self.rx.read_ready()? {
-            self.rx.read(&mut junk).await?;
-        }
-        Ok(Serial {
-            rx: &mut self.rx,
-            tx: &mut self.tx,
-        })
     }
 }
 

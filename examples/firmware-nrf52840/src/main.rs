@@ -83,7 +83,7 @@ async fn run(
     }
     let (mut rx_buf, mut tx_buf) = ([0u8; device_app::MQTT_RX], [0u8; device_app::MQTT_TX]);
     let _ = device_app::mqtt_connector(
-        device_app::SerialConnect::new(rx, tx),
+        (rx, tx),
         &mut rx_buf,
         &mut tx_buf,
     )

@@ -55,7 +55,7 @@ pub enum DeviceLink {
 
 /// Each attempt of the device connector: accept QEMU's connection, or
 /// connect to it.
-impl framed::Connect for DeviceLink {
+impl aimdb_connectors::Connect for DeviceLink {
     type Rx<'c> = FromTokio<tcp::OwnedReadHalf>;
     type Tx<'c> = FromTokio<tcp::OwnedWriteHalf>;
     type Error = std::io::Error;

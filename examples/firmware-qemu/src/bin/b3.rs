@@ -547,7 +547,7 @@ fn mqtt_rows(waker: &Waker) {
     c.publish_qos = RouteQos::All(QoS::AtMostOnce);
     c.subscribe_qos = QoS::AtMostOnce;
     let (mut rx, mut tx) = ([0u8; 256], [0u8; 512]);
-    let connect = device_app::SerialConnect::new(client_rx, client_tx);
+    let connect = (client_rx, client_tx);
     let delay = embassy_time::Delay;
     let Ok(mut m) = Mqtt::new(c, &mut rx, &mut tx, connect, delay, &MQTT_COUNTERS) else {
         fail("mqtt config")

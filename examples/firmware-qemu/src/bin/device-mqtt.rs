@@ -30,7 +30,7 @@ async fn main(spawner: Spawner) {
     // The session buffers live in this task's state: static RAM (the
     // executor's task pool), counted in the footprint.
     let (mut rx_buf, mut tx_buf) = ([0u8; device_app::MQTT_RX], [0u8; device_app::MQTT_TX]);
-    let connect = device_app::SerialConnect::new(rx, tx);
+    let connect = (rx, tx);
     let why = device_app::mqtt_connector(connect, &mut rx_buf, &mut tx_buf).await;
     hprintln!("device-mqtt: connector stopped: {}", why);
     fail("connector stopped")

@@ -1,0 +1,160 @@
+//! Opening a transport: the one [`Connect`] trait both reconnecting
+//! connectors ([`Framed::run_reconnecting`](crate::framed::Framed::run_reconnecting)
+//! and the MQTT connector) call on every connection attempt.
+//!
+//! A connection is two halves, an `embedded-io-async` [`Read`] and a
+//! [`Write`]: the framed connector reads and writes concurrently, which
+//! needs them apart; the MQTT connector joins them again with [`Duplex`]
+//! (a zero-cost wrapper), so one implementation serves both. Every stream
+//! this crate meets splits without a lock: a UART's RX and TX, an
+//! embassy-net `TcpSocket::split()`, tokio's `into_split()`; a stream that
+//! cannot (a TLS session) is split through tokio's lock
+//! ([`tokio_io::split`](crate::tokio_io::split)).
+//!
+//! Implementations here: an always-open `(rx, tx)` pair (a UART; each
+//! "connection" is the same two halves), and with features `tokio_io`'s
+//! `TcpConnect` / `UnixConnect`, `mqtt::TlsConnect` (`tls`) and
+//! `embassy_net::TcpConnect` (`embassy-net`).
+
+use core::fmt;
+
+use embedded_io_async::{ErrorType, Read, ReadReady, Write};
+
+/// Opens a fresh connection, once per connection attempt.
+///
+/// The halves may borrow from the implementation (an embassy-net socket
+/// borrows its RX/TX buffers, a UART pair lends its halves), hence the
+/// lifetimes.
+///
+/// # Cancel safety
+///
+/// A connector may drop the future of [`Connect::connect`] (at its
+/// connect timeout); an implementation must leave itself able to connect
+/// again after that (close a half-open socket on the next attempt).
+// `async fn` in a public trait gives no `Send` bound on its future for
+// generic callers; a connector future is still `Send` for a concrete
+// `Connect` whose future is (`TcpConnect`, `TlsConnect`: rustc sees
+// through the concrete type; pinned in tests/auto_traits.rs). Embassy
+// sockets need no `Send` at all.
+#[allow(async_fn_in_trait)]
+pub trait Connect {
+    /// The receiving half of an open connection.
+    type Rx<'c>: Read
+    where
+        Self: 'c;
+    /// The sending half; its error type is the receiving half's, so the
+    /// two can be joined into one stream ([`Duplex`]).
+    type Tx<'c>: Write<Error = <Self::Rx<'c> as ErrorType>::Error>
+    where
+        Self: 'c;
+    /// Why opening failed.
+    type Error: fmt::Debug;
+    /// Opens the connection (TCP connect, TLS handshake, …).
+    async fn connect(&mut self) -> Result<(Self::Rx<'_>, Self::Tx<'_>), Self::Error>;
+    /// How `error` failed, for the connectors' `last_error`; by default
+    /// [`ConnectFailure::Other`].
+    fn failure(error: &Self::Error) -> ConnectFailure {
+        let _ = error;
+        ConnectFailure::Other
+    }
+}
+
+/// How opening a transport failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ConnectFailure {
+    /// Nothing listens at the address (TCP connection refused).
+    Refused,
+    /// The attempt timed out.
+    TimedOut,
+    /// No route to the host or network.
+    Unreachable,
+    /// TCP connected, the TLS handshake failed.
+    Tls,
+    /// Anything else.
+    Other,
+}
+
+impl fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Refused => "connection refused",
+            Self::TimedOut => "timed out",
+            Self::Unreachable => "unreachable",
+            Self::Tls => "TLS handshake failed",
+            Self::Other => "transport error",
+        })
+    }
+}
+
+/// An always-open pair of halves (a UART): every connection is the same
+/// two halves, lent. Whatever the previous connection left unread is
+/// discarded first (a partial frame or packet would otherwise be read as
+/// the start of the new connection's first one), which is why the
+/// receiving half must be [`ReadReady`].
+impl<R, W> Connect for (R, W)
+where
+    R: Read + ReadReady,
+    W: Write<Error = R::Error>,
+{
+    type Rx<'c>
+        = &'c mut R
+    where
+        Self: 'c;
+    type Tx<'c>
+        = &'c mut W
+    where
+        Self: 'c;
+    type Error = R::Error;
+    async fn connect(&mut self) -> Result<(&mut R, &mut W), R::Error> {
+        let mut junk = [0u8; 32];
+        while self.0.read_ready()? {
+            self.0.read(&mut junk).await?;
+        }
+        Ok((&mut self.0, &mut self.1))
+    }
+}
+
+/// Two halves as one `Read + Write` stream, for a client (minimq) that
+/// takes one.
+#[derive(Debug)]
+pub struct Duplex<R, W> {
+    /// The receiving half.
+    pub rx: R,
+    /// The sending half.
+    pub tx: W,
+}
+
+impl<R: Read, W: Write<Error = R::Error>> ErrorType for Duplex<R, W> {
+    type Error = R::Error;
+}
+
+impl<R: Read, W: Write<Error = R::Error>> Read for Duplex<R, W> {
+    async fn read(&mut self, buf: &mut [u8]) -> Result<usize, Self::Error> {
+        self.rx.read(buf).await
+    }
+}
+
+impl<R: Read, W: Write<Error = R::Error>> Write for Duplex<R, W> {
+    async fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
+        self.tx.write(buf).await
+    }
+    async fn flush(&mut self) -> Result<(), Self::Error> {
+        self.tx.flush().await
+    }
+}
+
+/// How a TCP connect failed, from its `std::io::Error`.
+#[cfg(feature = "std")]
+pub(crate) fn io_failure(error: &std::io::Error) -> ConnectFailure {
+    use std::io::ErrorKind as K;
+    match error.kind() {
+        K::ConnectionRefused => ConnectFailure::Refused,
+        K::TimedOut => ConnectFailure::TimedOut,
+        K::HostUnreachable | K::NetworkUnreachable | K::AddrNotAvailable => {
+            ConnectFailure::Unreachable
+        }
+        _ => ConnectFailure::Other,
+    }
+}
