@@ -146,7 +146,7 @@ impl<R: Read, W: Write<Error = R::Error>> Write for Duplex<R, W> {
 }
 
 /// How a TCP connect failed, from its `std::io::Error`.
-#[cfg(feature = "std")]
+#[cfg(feature = "tokio")]
 pub(crate) fn io_failure(error: &std::io::Error) -> ConnectFailure {
     use std::io::ErrorKind as K;
     match error.kind() {
