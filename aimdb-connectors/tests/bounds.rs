@@ -15,9 +15,10 @@ use std::task::{Context, Poll};
 use aimdb_connectors::framed::{self, frame, Framed, MAX_ENCODED, MAX_FRAME};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
+use aimdb_core::connector::{DispatchError, InboundStats, Message, OutboundStats, QoS, Ready};
 use aimdb_core::connector::{FrameSink, MessageSource};
 use aimdb_core::inbound;
-use aimdb_core::inbound::{Dispatch, DispatchError, KeyedLink};
+use aimdb_core::inbound::{Dispatch, KeyedLink};
 use aimdb_core::outbound::{self, Routes};
 use aimdb_core::record::{Keyed, Latest, Record, Ring, KEY_MAX_LEN};
 use aimdb_core::sync::Readiness;
@@ -68,7 +69,7 @@ fn allocs() -> u64 {
 #[derive(Default)]
 struct Lengths {
     got: Vec<(usize, usize)>,
-    stats: aimdb_core::inbound::Stats,
+    stats: InboundStats,
 }
 
 impl FrameSink for Lengths {
@@ -79,7 +80,7 @@ impl FrameSink for Lengths {
     fn next_filter(&self, _: usize) -> Option<(usize, &str)> {
         None
     }
-    fn stats(&self) -> &aimdb_core::inbound::Stats {
+    fn stats(&self) -> &InboundStats {
         &self.stats
     }
 }
@@ -87,34 +88,32 @@ impl FrameSink for Lengths {
 /// A source that hands out fixed messages, one per poll.
 struct Script {
     msgs: Vec<(String, Vec<u8>)>,
-    at: Option<usize>,
     next: usize,
-    stats: outbound::Stats,
+    stats: OutboundStats,
 }
 
 impl MessageSource for Script {
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<()> {
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Ready> {
         if self.next == self.msgs.len() {
-            self.at = None;
             return Poll::Pending;
         }
-        self.at = Some(self.next);
         self.next += 1;
-        Poll::Ready(())
+        Poll::Ready(Ready::new(self.next - 1))
     }
-    fn message(&self) -> Option<outbound::Message<'_>> {
-        let i = self.at?;
-        Some(outbound::Message {
+    fn message(&self, ready: Ready) -> Message<'_> {
+        let (topic, payload) = &self.msgs[ready.route()];
+        Message {
             route: 0,
-            topic: self.msgs[i].0.as_str(),
-            payload: self.msgs[i].1.as_slice(),
+            topic: topic.as_str(),
+            payload: payload.as_slice(),
             lagged: 0,
+            qos: QoS::AtMostOnce,
             retain: false,
             urgent: false,
-        })
+        }
     }
     fn replay_latest(&mut self) {}
-    fn stats(&self) -> &outbound::Stats {
+    fn stats(&self) -> &OutboundStats {
         &self.stats
     }
 }
@@ -142,9 +141,8 @@ fn frame_size_limit_in_and_out() {
     ];
     let mut source = Script {
         msgs,
-        at: None,
         next: 0,
-        stats: outbound::Stats::default(),
+        stats: OutboundStats::default(),
     };
     let mut sink = Lengths::default();
     let mut none = Lengths::default();
@@ -155,9 +153,8 @@ fn frame_size_limit_in_and_out() {
     let mut b = Framed::new(&b_stats);
     let mut empty = Script {
         msgs: Vec::new(),
-        at: None,
         next: 0,
-        stats: outbound::Stats::default(),
+        stats: OutboundStats::default(),
     };
     embassy_futures::block_on(async {
         let send = a.run(a_rx, a_tx, &mut none, &mut source);

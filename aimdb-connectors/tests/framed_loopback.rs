@@ -5,6 +5,7 @@ mod common;
 use aimdb_connectors::framed::{frame, Counters, Error, Framed};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::codec::Postcard;
+use aimdb_core::connector::{Message, QoS, Ready};
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;
 use aimdb_core::outbound;
@@ -201,34 +202,32 @@ async fn read_one(mut rx: impl Read) -> (Vec<u8>, Vec<u8>) {
 /// urgency.
 struct Urgency {
     msgs: Vec<(&'static str, bool)>,
-    at: Option<usize>,
     next: usize,
-    stats: outbound::Stats,
+    stats: aimdb_core::connector::OutboundStats,
 }
 
 impl aimdb_core::connector::MessageSource for Urgency {
-    fn poll_ready(&mut self, _: &mut core::task::Context<'_>) -> core::task::Poll<()> {
+    fn poll_ready(&mut self, _: &mut core::task::Context<'_>) -> core::task::Poll<Ready> {
         if self.next == self.msgs.len() {
-            self.at = None;
             return core::task::Poll::Pending;
         }
-        self.at = Some(self.next);
         self.next += 1;
-        core::task::Poll::Ready(())
+        core::task::Poll::Ready(Ready::new(self.next - 1))
     }
-    fn message(&self) -> Option<outbound::Message<'_>> {
-        let (topic, urgent) = self.msgs[self.at?];
-        Some(outbound::Message {
-            route: self.at?,
+    fn message(&self, ready: Ready) -> Message<'_> {
+        let (topic, urgent) = self.msgs[ready.route()];
+        Message {
+            route: ready.route(),
             topic,
             payload: &[1],
             lagged: 0,
+            qos: QoS::AtMostOnce,
             retain: false,
             urgent,
-        })
+        }
     }
     fn replay_latest(&mut self) {}
-    fn stats(&self) -> &outbound::Stats {
+    fn stats(&self) -> &aimdb_core::connector::OutboundStats {
         &self.stats
     }
 }
@@ -246,9 +245,8 @@ fn urgent_messages_go_ahead_of_normal_ones_in_a_batch() {
             ("n3", false),
             ("u2", true),
         ],
-        at: None,
         next: 0,
-        stats: outbound::Stats::default(),
+        stats: aimdb_core::connector::OutboundStats::default(),
     };
     let mut dispatch = inbound::LocalDispatch::<1, 1>::builder().build().unwrap();
     let (rx, tx) = pair.b();

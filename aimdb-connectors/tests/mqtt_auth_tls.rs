@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use aimdb_connectors::mqtt::rustls::{self, CertificateError};
 use aimdb_connectors::mqtt::{
-    Cause, Config, Connect, ConnectFailure, Counters, QoS, RouteQos, TlsConnect, TlsConnectError,
+    Cause, Config, Connect, ConnectFailure, Counters, TlsConnect, TlsConnectError,
 };
 use aimdb_connectors::reconnect::{Backoff, Reconnect, Stopped};
 use aimdb_core::codec::Postcard;
@@ -48,7 +48,6 @@ fn config<'a>(client_id: &'a str, password: &'a str) -> Config<'a> {
         max_ms: 200,
     };
     c.keep_alive_secs = 5;
-    c.publish_qos = RouteQos::All(QoS::AtLeastOnce);
     c
 }
 

@@ -15,7 +15,7 @@ mod mosquitto;
 
 use std::cell::Cell;
 
-use aimdb_connectors::mqtt::{Cause, Config, ConnectFailure, Counters, QoS, RouteQos};
+use aimdb_connectors::mqtt::{Cause, Config, ConnectFailure, Counters, QoS};
 use aimdb_connectors::reconnect::{Backoff, Reconnect, Stopped};
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
@@ -67,7 +67,9 @@ async fn records_published_by_the_connector_reach_mosquitto_sub() {
     let mut sub = Sub::start(&broker, "watcher", "dev/#").await;
 
     let mut status = outbound::Link::new(STATUS.subscribe().unwrap(), "dev/status", Postcard);
-    let mut temps = outbound::Link::new(TEMPS.subscribe().unwrap(), "dev/temp", Postcard);
+    // Status at its kind's QoS 1, temps at QoS 0.
+    let mut temps =
+        outbound::Link::new(TEMPS.subscribe().unwrap(), "dev/temp", Postcard).qos(QoS::AtMostOnce);
     let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
     let mut b = Routes::<_, 1, 4>::builder(&READY, &mut payload, &mut topic);
     b.link(&mut status).link(&mut temps);
@@ -76,9 +78,7 @@ async fn records_published_by_the_connector_reach_mosquitto_sub() {
 
     let counters = Counters::new();
     let (mut rx, mut tx) = ([0u8; 512], [0u8; 1024]);
-    let mut c = config("aimdb-out");
-    // Route 0 (status) at QoS 1, route 1 (temps) at QoS 0.
-    c.publish_qos = RouteQos::Table(&[QoS::AtLeastOnce, QoS::AtMostOnce]);
+    let c = config("aimdb-out");
     let connect = tcp(broker.port);
     let mut mqtt = connector(c, &mut rx, &mut tx, connect, &counters);
 
@@ -259,8 +259,7 @@ async fn broker_restart_is_survived_resubscribed_and_latest_replayed() {
     let counters = Counters::new();
     let gate = Cell::new(true);
     let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
-    let mut c = config("aimdb-restart");
-    c.publish_qos = RouteQos::All(QoS::AtLeastOnce);
+    let c = config("aimdb-restart");
     let connect = Gated {
         inner: tcp(port),
         open: || gate.get(),
@@ -461,7 +460,6 @@ async fn session_reopened_then_silent_broker_dropped_and_the_unacknowledged_publ
     c.keep_alive_secs = 0;
     c.ack_timeout_ms = 300;
     c.session_expiry_secs = 60;
-    c.publish_qos = RouteQos::All(QoS::AtLeastOnce);
     let mut mqtt = connector(c, &mut rx, &mut tx, tcp(port), &counters);
     // The CONNECT flags byte: after the protocol name (2 + 4 bytes) and
     // the version.

@@ -27,7 +27,7 @@ mod mosquitto;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use aimdb_connectors::mqtt::{Config, Counters, QoS, RouteQos};
+use aimdb_connectors::mqtt::{Config, Counters, QoS};
 use aimdb_connectors::reconnect::Backoff;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
@@ -88,7 +88,6 @@ fn config(id: &str) -> Config<'_> {
         min_ms: 20,
         max_ms: 200,
     };
-    c.publish_qos = RouteQos::All(QoS::AtLeastOnce);
     c.subscribe_qos = QoS::AtLeastOnce;
     c.session_expiry_secs = 600;
     c.keep_alive_secs = 5;

@@ -8,7 +8,7 @@
 
 mod mosquitto;
 
-use aimdb_connectors::mqtt::{Config, Counters, QoS, RouteQos};
+use aimdb_connectors::mqtt::{Config, Counters};
 use aimdb_connectors::reconnect::Backoff;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
@@ -28,7 +28,6 @@ fn config(client_id: &str) -> Config<'_> {
         min_ms: 20,
         max_ms: 200,
     };
-    c.publish_qos = RouteQos::All(QoS::AtLeastOnce);
     c
 }
 

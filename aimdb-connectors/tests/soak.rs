@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use aimdb_connectors::fault::{Fault, Faulty, Kinds, Plan, Random};
 use aimdb_connectors::framed::{self, Error, Framed};
-use aimdb_connectors::mqtt::{Config, Counters, QoS, RouteQos};
+use aimdb_connectors::mqtt::{Config, Counters, QoS};
 use aimdb_connectors::reconnect::Backoff;
 use aimdb_connectors::tokio_io;
 use aimdb_core::codec::Postcard;
@@ -149,7 +149,6 @@ fn config(id: &str) -> Config<'_> {
         max_ms: 200,
     };
     c.keep_alive_secs = 5;
-    c.publish_qos = RouteQos::All(QoS::AtLeastOnce);
     c.subscribe_qos = QoS::AtLeastOnce;
     c
 }

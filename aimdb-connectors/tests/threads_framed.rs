@@ -209,7 +209,7 @@ async fn side_a(
     stream: tokio::net::TcpStream,
     stats: &'static Counters,
     stop: tokio::sync::oneshot::Receiver<()>,
-) -> (outbound::Stats, Option<Error>) {
+) -> (aimdb_core::connector::OutboundStats, Option<Error>) {
     // Side A receives nothing.
     let mut inbound = Dispatch::<1, 1>::builder().build().expect("empty dispatch");
     let mut framed = Framed::<64, 512>::with_sizes(stats);

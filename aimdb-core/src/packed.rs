@@ -1,19 +1,22 @@
-//! A 30-bit value and an `Option<bool>` in one `u32`: how links keep an
-//! override flag (retain, apply retained) without growing. RAM per route
+//! A 28-bit value, an `Option<bool>` and a two-bit choice in one `u32`:
+//! how links keep their overrides (retain, apply retained, QoS) without
+//! growing. RAM per route
 //! is budgeted (`make footprint`: under 32 bytes per outbound route on the
 //! Cortex-M3), and a separate `Option<bool>` costs 4 bytes of padding.
 
 const SET: u32 = 1 << 30;
 const ON: u32 = 1 << 31;
-const MASK: u32 = SET - 1;
+const CHOICE_SHIFT: u32 = 28;
+const CHOICE: u32 = 0b11 << CHOICE_SHIFT;
+const MASK: u32 = (1 << CHOICE_SHIFT) - 1;
 
 /// See the module docs. The value saturates (on `new`) or wraps (on
-/// `wrapping_inc`) within 30 bits.
+/// `wrapping_inc`) within 28 bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Packed(u32);
 
 impl Packed {
-    /// `value` (saturated to 30 bits), no flag.
+    /// `value` (saturated to 28 bits), no flag, no choice.
     pub(crate) const fn new(value: usize) -> Self {
         Self(if value > MASK as usize {
             MASK
@@ -31,7 +34,7 @@ impl Packed {
         Self(self.0 & !MASK | Self::new(value).0)
     }
 
-    /// The value plus one, wrapping within 30 bits.
+    /// The value plus one, wrapping within 28 bits.
     pub(crate) const fn wrapping_inc(self) -> Self {
         Self(self.0 & !MASK | (self.0.wrapping_add(1) & MASK))
     }
@@ -45,7 +48,17 @@ impl Packed {
     }
 
     pub(crate) const fn with_flag(self, on: bool) -> Self {
-        Self(self.0 & MASK | SET | if on { ON } else { 0 })
+        Self(self.0 & !(SET | ON) | SET | if on { ON } else { 0 })
+    }
+
+    /// The choice, 1 to 3, or 0 if none was made.
+    pub(crate) const fn choice(self) -> u32 {
+        (self.0 & CHOICE) >> CHOICE_SHIFT
+    }
+
+    /// Choice `c` (1 to 3; 0 takes it back).
+    pub(crate) const fn with_choice(self, c: u32) -> Self {
+        Self(self.0 & !CHOICE | (c << CHOICE_SHIFT) & CHOICE)
     }
 }
 
@@ -61,13 +74,19 @@ mod tests {
         assert_eq!((p.value(), p.flag()), (1024, Some(true)));
         let p = p.with_value(7).with_flag(false);
         assert_eq!((p.value(), p.flag()), (7, Some(false)));
-        let p = Packed::new(usize::MAX).with_flag(true);
-        assert_eq!((p.value(), p.flag()), ((1 << 30) - 1, Some(true)));
+        let p = Packed::new(usize::MAX).with_flag(true).with_choice(2);
+        assert_eq!(
+            (p.value(), p.flag(), p.choice()),
+            ((1 << 28) - 1, Some(true), 2)
+        );
         let p = p.wrapping_inc();
         assert_eq!(
-            (p.value(), p.flag()),
-            (0, Some(true)),
-            "wraps within 30 bits"
+            (p.value(), p.flag(), p.choice()),
+            (0, Some(true), 2),
+            "wraps within 28 bits"
         );
+        let p = p.with_choice(3).with_flag(false).with_value(9);
+        assert_eq!((p.value(), p.flag(), p.choice()), (9, Some(false), 3));
+        assert_eq!(p.with_choice(0).choice(), 0);
     }
 }

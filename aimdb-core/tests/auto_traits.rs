@@ -16,7 +16,8 @@
 #![cfg(not(aimdb_loom))]
 
 use aimdb_core::codec::{DecodeError, EncodeError, Postcard};
-use aimdb_core::inbound::{self, Dispatch, DispatchError, LocalDispatch};
+use aimdb_core::connector::DispatchError;
+use aimdb_core::inbound::{self, Dispatch, LocalDispatch};
 use aimdb_core::outbound::{self, LocalRoutes, RouteError, Routes};
 use aimdb_core::record::{
     KeyError, Keyed, Latest, Mailbox, Producer, Reader, Record, RecvError, Ring, SubscribeError,

@@ -25,11 +25,11 @@
 use core::cell::Cell;
 use core::convert::Infallible;
 
-use aimdb_connectors::mqtt::{Config, Connect, Counters, Mqtt, QoS, RouteQos};
+use aimdb_connectors::mqtt::{Config, Connect, Counters, Mqtt, QoS};
 use aimdb_connectors::reconnect::{Reconnect, Stopped};
 use aimdb_core::codec::Postcard;
 use aimdb_core::connector::FrameSink;
-use aimdb_core::inbound::{DispatchError, Stats};
+use aimdb_core::connector::{DispatchError, InboundStats};
 use aimdb_core::outbound;
 use aimdb_core::outbound::LocalRoutes;
 use aimdb_core::record::{Latest, Record};
@@ -122,7 +122,7 @@ impl FrameSink for Checked<'_, '_> {
     fn next_filter(&self, from: usize) -> Option<(usize, &str)> {
         self.table.next_filter(from)
     }
-    fn stats(&self) -> &Stats {
+    fn stats(&self) -> &InboundStats {
         self.table.stats()
     }
 }
@@ -161,7 +161,8 @@ fuzz_target!(|data: &[u8]| {
     static READY: Readiness<1> = Readiness::new();
     let state: Record<NoopRawMutex, Latest<u8>, 1> = Record::new("state");
     state.write(7);
-    let mut out_link = outbound::Link::new(state.subscribe().unwrap(), "out/state", Postcard);
+    let mut out_link =
+        outbound::Link::new(state.subscribe().unwrap(), "out/state", Postcard).qos(qos);
     let (mut scratch, mut topic) = ([0u8; 16], [0u8; 16]);
     let mut b = LocalRoutes::<_, 1, 1>::builder(&READY, &mut scratch, &mut topic);
     b.link(&mut out_link);
@@ -174,7 +175,6 @@ fuzz_target!(|data: &[u8]| {
         Reconnect::Never
     };
     config.keep_alive_secs = if flags & 0x80 != 0 { 5 } else { 0 };
-    config.publish_qos = RouteQos::All(qos);
     let counters = Counters::new();
     let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
     let calls = Cell::new(0);

@@ -18,7 +18,8 @@
 use std::collections::BTreeMap;
 
 use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{DispatchError, KeyedLink, Link, LocalDispatch, Route, Stats};
+use aimdb_core::connector::{DispatchError, InboundStats};
+use aimdb_core::inbound::{KeyedLink, Link, LocalDispatch, Route};
 use aimdb_core::record::{Keyed, Latest, Reader, Record, Ring, TryRecvError, KEY_MAX_LEN};
 use embassy_sync::blocking_mutex::raw::NoopRawMutex as M;
 
@@ -513,8 +514,8 @@ impl<'r> Harness<'r> {
         &mut self,
         expect: &Expect,
         got: Result<usize, DispatchError>,
-        before: &Stats,
-        after: &Stats,
+        before: &InboundStats,
+        after: &InboundStats,
         topic: &[u8],
         payload: &[u8],
     ) {

@@ -43,7 +43,7 @@
 //! so that a peer which kept the fragment drops it as one bad frame (a
 //! peer that called [`Framed::reset`] sees an empty frame, which is
 //! skipped silently). A message taken from its route that did not fit the
-//! batch is kept too ([`MessageSource::message`] still holds it) and
+//! batch is kept too (its [`Ready`] is kept) and
 //! encoded first on the next run.
 //!
 //! So on a transport that delivers every byte it accepted (a UART, the
@@ -68,7 +68,7 @@ use core::future::poll_fn;
 use core::pin::pin;
 use core::task::Poll;
 
-use aimdb_core::connector::{FrameSink, MessageSource};
+use aimdb_core::connector::{FrameSink, MessageSource, Ready};
 use embassy_futures::select::{select, Either};
 use embedded_hal_async::delay::DelayNs;
 use embedded_io_async::{ErrorKind, Read, Write};
@@ -246,9 +246,9 @@ struct Outbox {
     len: usize,
     /// Of those, bytes the transport accepted.
     sent: usize,
-    /// The source's current message was taken from its route but is not
-    /// encoded yet (it did not fit the batch).
-    held: bool,
+    /// A message taken from its route and not encoded yet (it did not fit
+    /// the batch): its proof, which gives the same message again.
+    held: Option<Ready>,
     /// A frame was cut off mid-way: send a delimiter before the next one.
     resync: bool,
 }
@@ -272,7 +272,7 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
             out: Outbox {
                 len: 0,
                 sent: 0,
-                held: false,
+                held: None,
                 resync: false,
             },
             rx_chunk: [0; READ_CHUNK],
@@ -551,21 +551,15 @@ async fn write_loop<W: Write, S: MessageSource + ?Sized>(
     // `out` is updated before every await, so a dropped run leaves it
     // describing exactly what is encoded, accepted and held.
     loop {
-        if out.len == 0 && !out.held {
-            poll_fn(|cx| outbound.poll_ready(cx)).await;
-            out.held = true;
+        if out.len == 0 && out.held.is_none() {
+            out.held = Some(poll_fn(|cx| outbound.poll_ready(cx)).await);
         }
         // Batch whatever is ready right now, up to the buffer's size.
         // Urgent frames go ahead of the normal ones of the batch (after
         // frames kept from a broken run, which go first).
         let mut urgent_end = out.len;
-        while out.held {
-            let Some(m) = outbound.message() else {
-                // Nothing current (a source other than the one that was
-                // polled): nothing to encode.
-                out.held = false;
-                break;
-            };
+        while let Some(ready) = out.held {
+            let m = outbound.message(ready);
             let urgent = m.urgent;
             match frame::encode(m.topic, m.payload, &mut buf[out.len..]) {
                 Ok(n) => {
@@ -583,7 +577,13 @@ async fn write_loop<W: Write, S: MessageSource + ?Sized>(
             }
             // A pending poll registers this task's waker, which is what the
             // next wait needs anyway.
-            out.held = poll_fn(|cx| Poll::Ready(outbound.poll_ready(cx).is_ready())).await;
+            out.held = poll_fn(|cx| {
+                Poll::Ready(match outbound.poll_ready(cx) {
+                    Poll::Ready(r) => Some(r),
+                    Poll::Pending => None,
+                })
+            })
+            .await;
         }
         if out.len > 0 {
             if let Err(e) = send(&mut tx, &buf[..out.len], out, counters).await {

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!  broker ──PUBLISH──► minimq::Connection::poll ──► FrameSink::dispatch(topic, payload) ──► records
-//!  records ──► MessageSource (connector::ready, message) ──► Connection::publish(topic, payload, QoS of route i) ──► broker
+//!  records ──► MessageSource (poll_ready, message) ──► Connection::publish(topic, payload, message's QoS) ──► broker
 //! ```
 //!
 //! and keeps the connection alive:
@@ -168,47 +168,16 @@ use aimdb_core::connector::{FrameSink, MessageSource};
 use crate::reconnect::{Backoff, Reconnect, Stopped};
 use embedded_hal_async::delay::DelayNs;
 
-/// MQTT quality of service of a publish or the maximum of a subscription.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum QoS {
-    /// At most once: fire and forget.
-    AtMostOnce,
-    /// At least once: retransmitted until acknowledged.
-    AtLeastOnce,
-    /// Exactly once: the four-packet handshake.
-    ExactlyOnce,
-}
+/// MQTT's quality of service: the contract's, so an outbound route carries
+/// it ([`outbound::Link::qos`](aimdb_core::outbound::Link::qos)).
+pub use aimdb_core::connector::QoS;
 
-impl From<QoS> for minimq::QoS {
-    fn from(q: QoS) -> Self {
-        match q {
-            QoS::AtMostOnce => Self::AtMostOnce,
-            QoS::AtLeastOnce => Self::AtLeastOnce,
-            QoS::ExactlyOnce => Self::ExactlyOnce,
-        }
-    }
-}
-
-/// The QoS each outbound route publishes with, by route index
-/// (declaration order in `Routes`).
-#[derive(Debug, Clone, Copy)]
-pub enum RouteQos<'a> {
-    /// Every route the same.
-    All(QoS),
-    /// Route `i` uses `table[i]`; routes past the end use `AtMostOnce`.
-    Table(&'a [QoS]),
-    /// Route `i` uses `f(i)`.
-    Map(fn(usize) -> QoS),
-}
-
-impl RouteQos<'_> {
-    /// The QoS of route `route`.
-    pub fn get(&self, route: usize) -> QoS {
-        match *self {
-            Self::All(q) => q,
-            Self::Table(t) => t.get(route).copied().unwrap_or(QoS::AtMostOnce),
-            Self::Map(f) => f(route),
-        }
+/// minimq's name for `q`.
+fn minimq_qos(q: QoS) -> minimq::QoS {
+    match q {
+        QoS::AtMostOnce => minimq::QoS::AtMostOnce,
+        QoS::AtLeastOnce => minimq::QoS::AtLeastOnce,
+        QoS::ExactlyOnce => minimq::QoS::ExactlyOnce,
     }
 }
 
@@ -241,8 +210,6 @@ pub struct Config<'a> {
     pub backoff: Backoff,
     /// Whether to reconnect after a failure or a drop.
     pub reconnect: Reconnect,
-    /// QoS per outbound route.
-    pub publish_qos: RouteQos<'a>,
     /// Maximum QoS requested for every subscription.
     pub subscribe_qos: QoS,
     /// MQTT 5 session expiry in seconds after a drop; 0 (the default) is
@@ -259,7 +226,7 @@ pub struct Config<'a> {
 
 impl<'a> Config<'a> {
     /// Defaults: no credentials, keep-alive 30 s, connect timeout 5 s,
-    /// acknowledgement timeout 10 s, backoff 100 ms … 5 s, reconnect for ever, publish at QoS 0,
+    /// acknowledgement timeout 10 s, backoff 100 ms … 5 s, reconnect for ever,
     /// subscribe at up to QoS 1, clean sessions.
     pub const fn new(client_id: &'a str) -> Self {
         Self {
@@ -270,7 +237,6 @@ impl<'a> Config<'a> {
             ack_timeout_ms: 10_000,
             backoff: Backoff::DEFAULT,
             reconnect: Reconnect::Always,
-            publish_qos: RouteQos::All(QoS::AtMostOnce),
             subscribe_qos: QoS::AtLeastOnce,
             session_expiry_secs: 0,
         }
@@ -288,7 +254,6 @@ impl fmt::Debug for Config<'_> {
             .field("ack_timeout_ms", &self.ack_timeout_ms)
             .field("backoff", &self.backoff)
             .field("reconnect", &self.reconnect)
-            .field("publish_qos", &self.publish_qos)
             .field("subscribe_qos", &self.subscribe_qos)
             .field("session_expiry_secs", &self.session_expiry_secs)
             .finish()

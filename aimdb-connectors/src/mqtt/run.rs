@@ -3,8 +3,7 @@
 use core::future::poll_fn;
 use core::task::Poll;
 
-use aimdb_core::connector::{self, FrameSink, MessageSource};
-use aimdb_core::outbound;
+use aimdb_core::connector::{FrameSink, Message, MessageSource, Ready};
 use aimdb_core::topic::MAX_TOPIC_LEN;
 use embassy_futures::select::{select, select3, Either, Either3};
 use embassy_time::{Duration, Instant, Timer};
@@ -16,7 +15,7 @@ use minimq::{
 };
 use portable_atomic::{AtomicU32, Ordering};
 
-use super::{Cause, Config, Connect, Counters, Mqtt, QoS};
+use super::{minimq_qos, Cause, Config, Connect, Counters, Mqtt, QoS};
 use crate::connect::Duplex;
 use crate::reconnect::{Reconnect, Stopped};
 
@@ -136,8 +135,8 @@ where
     // Failed attempts since the last successful connection.
     let mut failures = 0u32;
     let mut connected_once = false;
-    // A publish the last drop interrupted: `source.message()` still holds it.
-    let mut retry = false;
+    // A publish the last drop interrupted: its message is still intact.
+    let mut retry: Option<Ready> = None;
     // Reads with data on the current transport (see `Heard`).
     let reads = AtomicU32::new(0);
     // minimq opens the first connection after boot with Clean Start = 1
@@ -221,13 +220,13 @@ where
         );
         let served = async {
             if connected_once {
-                if retry {
-                    if let Some(m) = source.message() {
-                        let qos = config.publish_qos.get(m.route);
-                        let mut live = Liveness::new(config, &reads);
-                        publish(&mut conn, sink, m, qos, counters, &mut live).await?;
+                if let Some(ready) = retry.take() {
+                    let mut live = Liveness::new(config, &reads);
+                    let m = source.message(ready);
+                    if let Err(d) = publish(&mut conn, sink, m, counters, &mut live).await {
+                        retry = Some(ready);
+                        return Err(d);
                     }
-                    retry = false;
                 }
                 // State is re-published: every `Latest` record's newest
                 // value goes out again on the new connection.
@@ -260,7 +259,7 @@ async fn serve<IO, S, M>(
     config: &Config<'_>,
     counters: &Counters,
     reads: &AtomicU32,
-    retry: &mut bool,
+    retry: &mut Option<Ready>,
 ) -> Result<core::convert::Infallible, Dropped>
 where
     IO: Io,
@@ -274,7 +273,8 @@ where
         // `poll` first: while records are busy it still runs once per
         // message, so inbound traffic and keep-alive are never starved.
         // All three futures are cancel-safe; the losers are dropped.
-        let event = select3(conn.poll(), connector::ready(source), live.expired()).await;
+        let ready = poll_fn(|cx| source.poll_ready(cx));
+        let event = select3(conn.poll(), ready, live.expired()).await;
         let event = match event {
             Either3::First(r) => Either::First(r),
             Either3::Second(m) => Either::Second(m),
@@ -283,15 +283,21 @@ where
                 return Err(Dropped(Cause::AckTimeout));
             }
         };
-        match event {
+        let ready = match event {
             Either::First(Ok(Some(p))) => {
                 deliver(sink, counters, &p);
                 live.update(conn);
                 // And outbound is not starved by a busy inbound side: after
                 // each received message, one ready outbound message goes.
-                let ready = poll_fn(|cx| Poll::Ready(source.poll_ready(cx).is_ready())).await;
-                if !ready {
-                    continue;
+                let now = poll_fn(|cx| {
+                    Poll::Ready(match source.poll_ready(cx) {
+                        Poll::Ready(r) => Some(r),
+                        Poll::Pending => None,
+                    })
+                });
+                match now.await {
+                    Some(r) => r,
+                    None => continue,
                 }
             }
             // Acks, pings: internal progress only.
@@ -300,17 +306,11 @@ where
                 continue;
             }
             Either::First(Err(e)) => return Err(Dropped(Cause::of(&e, false))),
-            // Taken again below through `message()`, so the borrow of
-            // `source` does not outlive this match.
-            Either::Second(_) => {}
-        }
-        let Some(m) = source.message() else {
-            // Ready without a message: nothing to send.
-            continue;
+            Either::Second(r) => r,
         };
-        let qos = config.publish_qos.get(m.route);
-        if let Err(d) = publish(conn, sink, m, qos, counters, &mut live).await {
-            *retry = true;
+        let m = source.message(ready);
+        if let Err(d) = publish(conn, sink, m, counters, &mut live).await {
+            *retry = Some(ready);
             return Err(d);
         }
     }
@@ -321,8 +321,7 @@ where
 async fn publish<IO, S>(
     conn: &mut Connection<'_, '_, IO>,
     sink: &mut S,
-    m: outbound::Message<'_>,
-    qos: QoS,
+    m: Message<'_>,
     counters: &Counters,
     live: &mut Liveness<'_>,
 ) -> Result<(), Dropped>
@@ -330,7 +329,7 @@ where
     IO: Io,
     S: FrameSink + ?Sized,
 {
-    let q = qos.into();
+    let q = minimq_qos(m.qos);
     loop {
         if !conn.can_publish(q) {
             progress(conn, sink, counters, Some(live)).await?;
@@ -429,7 +428,7 @@ where
     IO: Io,
     S: FrameSink + ?Sized,
 {
-    let options = SubscriptionOptions::default().maximum_qos(qos.into());
+    let options = SubscriptionOptions::default().maximum_qos(minimq_qos(qos));
     // Filters none of whose links applies retained messages (commands):
     // the broker is asked not to send them (MQTT 5 retain handling 2);
     // one that sends them anyway is ignored by `dispatch_retained`.

@@ -5,7 +5,7 @@ use core::fmt;
 
 use super::{
     edge_hash, reduce, same_target, ConfigError, ConfigErrors, ConfigIssue, Counters, Dispatch,
-    Entry, List, Node, Route, Stats, BUCKETS, NIL, NO_KEY,
+    Entry, InboundStats, List, Node, Route, BUCKETS, NIL, NO_KEY,
 };
 use crate::topic::{fnv1a, topic_hash, Filter};
 
@@ -74,7 +74,7 @@ impl<'a, const N: usize, const NODES: usize, D: Route + ?Sized + 'a> Dispatch<'a
                 exact: [[NIL; BUCKETS]; N],
                 nodes,
                 edges: [NIL; NODES],
-                stats: Stats::default(),
+                stats: InboundStats::default(),
                 shared: None,
             },
             calls: 0,
@@ -99,7 +99,7 @@ impl<'a, const N: usize, const NODES: usize, D: Route + ?Sized + 'a> Builder<'a,
         self.add(filter, target, Some(key_level))
     }
 
-    /// Mirrors the table's [`Stats`] into `shared` on every dispatch, so
+    /// Mirrors the table's [`InboundStats`] into `shared` on every dispatch, so
     /// other tasks or threads can read them while a connector owns the
     /// table.
     pub fn counters(&mut self, shared: &'a Counters) -> &mut Self {

@@ -1,63 +1,10 @@
-//! What the inbound table reports: a rejected frame ([`DispatchError`],
-//! counted in [`Stats`](super::Stats)) and mistakes in its declaration
-//! ([`ConfigErrors`], all at once).
+//! Mistakes in an inbound table's declaration ([`ConfigErrors`], all at
+//! once). A rejected frame is the contract's
+//! [`DispatchError`](crate::connector::DispatchError).
 
 use core::fmt;
 
-use crate::codec::DecodeError;
 use crate::topic::TopicError;
-
-/// Why a frame was rejected. Each variant has its own counter in [`Stats`](super::Stats).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum DispatchError {
-    /// No route matches the topic.
-    UnknownTopic,
-    /// The topic bytes are not UTF-8.
-    TopicNotUtf8,
-    /// The topic is empty or contains NUL.
-    InvalidTopic,
-    /// The published topic contains `+` or `#`.
-    WildcardInTopic,
-    /// The topic is longer than `MAX_TOPIC_LEN` or deeper than `MAX_LEVELS`.
-    TopicTooLong,
-    /// The payload did not decode as the record's type.
-    MalformedPayload(DecodeError),
-    /// The payload is over the link's limit.
-    PayloadTooLarge,
-    /// A new key found its keyed table full.
-    KeyTableFull,
-    /// The key level is empty or longer than `KEY_MAX_LEN`.
-    KeyInvalid,
-}
-
-impl DispatchError {
-    /// The reason in a few words, without the decoder's detail (for logs
-    /// that take only static strings, such as `defmt`'s).
-    pub const fn as_str(&self) -> &'static str {
-        match self {
-            Self::UnknownTopic => "no inbound route for topic",
-            Self::TopicNotUtf8 => "topic is not UTF-8",
-            Self::InvalidTopic => "invalid topic",
-            Self::WildcardInTopic => "wildcard in published topic",
-            Self::TopicTooLong => "topic too long",
-            Self::MalformedPayload(_) => "malformed payload",
-            Self::PayloadTooLarge => "payload over the route's limit",
-            Self::KeyTableFull => "key table full",
-            Self::KeyInvalid => "invalid key",
-        }
-    }
-}
-
-impl fmt::Display for DispatchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::MalformedPayload(e) => write!(f, "malformed payload: {e}"),
-            e => f.write_str(e.as_str()),
-        }
-    }
-}
-impl core::error::Error for DispatchError {}
 
 /// A configuration mistake found while building.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

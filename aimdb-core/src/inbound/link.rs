@@ -5,8 +5,8 @@ use core::marker::PhantomData;
 
 use crate::packed::Packed;
 
-use super::DispatchError;
 use crate::codec::{Decode, DecodeError};
+use crate::connector::DispatchError;
 use crate::record::{KeyError, KeyedSink, Sink};
 
 /// Payload limit of a link unless set with `with_max_payload`.
@@ -99,7 +99,8 @@ impl<S: Sink<T> + ?Sized, D: Decode<T>, T> Route for Link<'_, S, D, T> {
 ///
 /// ```
 /// use aimdb_core::codec::Postcard;
-/// use aimdb_core::inbound::{Dispatch, DispatchError, KeyedLink};
+/// use aimdb_core::connector::DispatchError;
+/// use aimdb_core::inbound::{Dispatch, KeyedLink};
 /// use aimdb_core::record::{Keyed, Latest};
 /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 ///

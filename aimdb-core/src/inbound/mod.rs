@@ -53,11 +53,11 @@ mod tests;
 use core::fmt;
 
 pub use build::{nodes_for, Builder};
-pub use error::{ConfigError, ConfigErrors, ConfigIssue, DispatchError};
+pub use error::{ConfigError, ConfigErrors, ConfigIssue};
 pub use link::{KeyedLink, Link, Route, DEFAULT_MAX_PAYLOAD};
-pub use stats::{Counters, Stats};
+pub use stats::Counters;
 
-use crate::connector::FrameSink;
+use crate::connector::{DispatchError, FrameSink, InboundStats};
 use crate::topic::{fnv1a, Topic, TopicError, MAX_LEVELS};
 
 const NIL: u16 = u16::MAX;
@@ -109,7 +109,7 @@ where
     exact: [[u16; BUCKETS]; N],
     nodes: heapless::Vec<Node<'a>, NODES>,
     edges: [u16; NODES],
-    stats: Stats,
+    stats: InboundStats,
     /// Mirror of `stats` others can read ([`Builder::counters`]).
     shared: Option<&'a Counters>,
 }
@@ -168,7 +168,7 @@ impl<'a, const N: usize, const NODES: usize, D: Route + ?Sized + 'a> Dispatch<'a
     /// now): links that do not apply retained messages
     /// ([`Route::apply_retained`]: by default, those into `Mailbox`
     /// records, so an old command is not executed again at every start)
-    /// skip it, counted in [`Stats::retained_ignored`]. Returns the number
+    /// skip it, counted in [`InboundStats::retained_ignored`]. Returns the number
     /// of records written, 0 if every matching link skipped it.
     pub fn dispatch_retained(
         &mut self,
@@ -217,7 +217,7 @@ impl<'a, const N: usize, const NODES: usize, D: Route + ?Sized + 'a> Dispatch<'a
     }
 
     /// Counters of delivered frames and of each rejection reason.
-    pub fn stats(&self) -> &Stats {
+    pub fn stats(&self) -> &InboundStats {
         &self.stats
     }
 
@@ -360,7 +360,7 @@ impl<'a, const N: usize, const NODES: usize, D: Route + ?Sized + 'a> FrameSink
             .find(|(_, r)| r.first)?;
         Some((i + 1, r.filter))
     }
-    fn stats(&self) -> &Stats {
+    fn stats(&self) -> &InboundStats {
         Dispatch::stats(self)
     }
 }

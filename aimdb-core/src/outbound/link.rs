@@ -5,6 +5,7 @@ use core::marker::PhantomData;
 use core::task::{Context, Poll};
 
 use crate::codec::{Encode, EncodeError};
+use crate::connector::QoS;
 use crate::packed::Packed;
 use crate::record::{Kind, RecvError, Source};
 use crate::topic::Topic;
@@ -172,7 +173,7 @@ pub enum Payload {
 /// a parked message more (b2_cells), and copied whole it compiled to wide
 /// loads over narrow stores, which the CPU cannot forward (about 4 ns a
 /// message, `aimdb-bench/README.md`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Produced {
     /// `n > 0`: the topic is the first `n` bytes of the topic scratch (a
     /// topic is never empty); `0`: the route's fixed topic.
@@ -185,6 +186,20 @@ pub struct Produced {
     pub owned: bool,
     /// See [`Route::retain`].
     pub retain: bool,
+    /// See [`Route::qos`].
+    pub qos: QoS,
+}
+
+impl Produced {
+    /// Nothing produced yet.
+    pub const EMPTY: Self = Self {
+        topic_len: 0,
+        payload_len: 0,
+        lagged: 0,
+        owned: false,
+        retain: false,
+        qos: QoS::AtMostOnce,
+    };
 }
 
 /// A route's value was skipped.
@@ -235,9 +250,23 @@ pub trait Route: sealed::Sealed {
     /// [`crate::record::Reader::replay`]).
     fn replay(&mut self) {}
     /// Whether transports that keep the last message per topic should keep
-    /// this route's ([`Message::retain`](super::Message::retain)).
+    /// this route's ([`Message::retain`](crate::connector::Message::retain)).
     fn retain(&self) -> bool {
         false
+    }
+    /// The quality of service this route asks for
+    /// ([`Message::qos`](crate::connector::Message::qos)).
+    fn qos(&self) -> QoS {
+        QoS::AtLeastOnce
+    }
+}
+
+/// The QoS of a route over a record of kind `kind` unless its link sets
+/// one ([`Link::qos`]): at least once for every kind; the reasons are on
+/// [`QoS`].
+pub const fn default_qos(kind: Kind) -> QoS {
+    match kind {
+        Kind::Latest | Kind::Ring | Kind::Mailbox => QoS::AtLeastOnce,
     }
 }
 
@@ -295,11 +324,24 @@ impl<S, Tp, E, K> Link<S, Tp, E, K> {
     }
 
     /// Overrides whether this route's messages are retained
-    /// ([`Message::retain`](super::Message::retain)); by default `Latest`
+    /// ([`Message::retain`](crate::connector::Message::retain)); by default `Latest`
     /// records (state) are, `Ring` and `Mailbox` records are not.
     #[must_use]
     pub const fn retained(mut self, retain: bool) -> Self {
         self.errors = self.errors.with_flag(retain);
+        self
+    }
+
+    /// Sets the quality of service of this route's messages
+    /// ([`Message::qos`](crate::connector::Message::qos)); by default
+    /// [`default_qos`] of the record's kind.
+    #[must_use]
+    pub const fn qos(mut self, qos: QoS) -> Self {
+        self.errors = self.errors.with_choice(match qos {
+            QoS::AtMostOnce => 1,
+            QoS::AtLeastOnce => 2,
+            QoS::ExactlyOnce => 3,
+        });
         self
     }
 }
@@ -356,6 +398,15 @@ where
             .flag()
             .unwrap_or(self.source.kind() == Kind::Latest)
     }
+
+    fn qos(&self) -> QoS {
+        match self.errors.choice() {
+            1 => QoS::AtMostOnce,
+            2 => QoS::AtLeastOnce,
+            3 => QoS::ExactlyOnce,
+            _ => default_qos(self.source.kind()),
+        }
+    }
 }
 
 impl<S, Tp, E, K> Link<S, Tp, E, K>
@@ -392,6 +443,7 @@ where
         };
         p.lagged = lagged;
         p.retain = Route::retain(self);
+        p.qos = Route::qos(self);
         Ok(())
     }
 }

@@ -22,7 +22,7 @@
 //! `sync/loom_model.rs`).
 //!
 //! Encode and topic failures skip that one value, are counted per route and
-//! in [`Stats`], and never stall other routes.
+//! in [`OutboundStats`], and never stall other routes.
 //!
 //! # Priority
 //!
@@ -82,53 +82,15 @@ use core::task::{Context, Poll};
 
 #[cfg(feature = "alloc")]
 pub use link::Owned;
-pub use link::{Borrowed, Link, Route, RouteError, TopicSpec, TopicWriter, Written};
+pub use link::{default_qos, Borrowed, Link, Route, RouteError, TopicSpec, TopicWriter, Written};
 // What a route produces into is the table's business: reachable (and
 // nameable) only inside the crate, so `Route` cannot be implemented
 // outside it (it is sealed, see `Route`).
 pub(crate) use link::{Out, Produced};
 
-use crate::connector::MessageSource;
+use crate::connector::{Message, MessageSource, OutboundStats, Ready};
 use crate::sync::{Pending, Readiness, ReadinessHandle};
 use crate::topic::{Topic, TopicError};
-
-/// One message pulled from the routes, borrowed until the next pull.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Message<'m> {
-    /// Index of the route (declaration order).
-    pub route: usize,
-    /// The topic.
-    pub topic: &'m str,
-    /// The encoded payload.
-    pub payload: &'m [u8],
-    /// Values this route lost to `Ring` lag just before this one.
-    pub lagged: u64,
-    /// A hint for transports that keep the last message per topic (MQTT's
-    /// retain flag): the route carries state. `true` by default for
-    /// `Latest` records, `false` for `Ring` and `Mailbox`; see
-    /// [`Link::retained`].
-    pub retain: bool,
-    /// The route is urgent ([`Builder::link_urgent`]): a transport that
-    /// batches may send it at once.
-    pub urgent: bool,
-}
-
-/// Counters over all routes. Per-route error counts are on each
-/// [`Route::errors`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// Messages returned by `next`.
-    pub sent: u32,
-    /// Values skipped because encoding failed.
-    pub encode_errors: u32,
-    /// Values skipped because the written topic was too long.
-    pub topic_too_long: u32,
-    /// Values skipped because the written topic was invalid.
-    pub topic_invalid: u32,
-    /// Values lost to `Ring` lag.
-    pub lagged: u64,
-}
 
 /// A configuration mistake found while building.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,7 +205,7 @@ pub struct Routes<
     /// Route of the message readied by the last successful poll, which
     /// its route described in `produced`.
     current: Option<usize>,
-    stats: Stats,
+    stats: OutboundStats,
     /// Routes `0..urgent` are urgent.
     urgent: usize,
     /// This table holds its bitmap's consumer claim (released on drop).
@@ -302,10 +264,10 @@ where
                     payload,
                     #[cfg(feature = "alloc")]
                     owned: alloc::vec::Vec::new(),
-                    produced: Produced::default(),
+                    produced: Produced::EMPTY,
                 },
                 current: None,
-                stats: Stats::default(),
+                stats: OutboundStats::default(),
                 urgent: 0,
                 claimed: false,
             },
@@ -364,7 +326,7 @@ where
     }
 
     /// Counters.
-    pub fn stats(&self) -> &Stats {
+    pub fn stats(&self) -> &OutboundStats {
         &self.stats
     }
 
@@ -463,7 +425,11 @@ where
             // The route validated these bytes as a topic before returning.
             core::str::from_utf8(&self.out.topic[..c.topic_len]).unwrap_or("")
         } else {
-            self.routes[i].fixed_topic().unwrap_or("")
+            // `i` is in range when it comes from `poll_ready`.
+            self.routes
+                .get(i)
+                .and_then(|r| r.fixed_topic())
+                .unwrap_or("")
         };
         let payload: &[u8] = if c.owned {
             #[cfg(feature = "alloc")]
@@ -479,6 +445,7 @@ where
             topic,
             payload,
             lagged: c.lagged,
+            qos: c.qos,
             retain: c.retain,
             urgent: i < self.urgent,
         }
@@ -559,7 +526,7 @@ where
             return Err(errors);
         }
         r.claimed = true;
-        r.pending.set_urgent(r.urgent);
+        r.pending.set_urgent(r.urgent, URGENT_BURST);
         r.mark_all();
         Ok(r)
     }
@@ -570,16 +537,16 @@ where
     H: ReadinessHandle<W>,
     D: Route + ?Sized + 'a,
 {
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        Routes::poll_ready(self, cx).map(|_| ())
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Ready> {
+        Routes::poll_ready(self, cx).map(Ready::new)
     }
-    fn message(&self) -> Option<Message<'_>> {
-        Routes::last(self)
+    fn message(&self, ready: Ready) -> Message<'_> {
+        Routes::message(self, ready.route())
     }
     fn replay_latest(&mut self) {
         Routes::replay_latest(self);
     }
-    fn stats(&self) -> &Stats {
+    fn stats(&self) -> &OutboundStats {
         Routes::stats(self)
     }
 }

@@ -439,12 +439,85 @@ fn replay_latest_republishes_state_only() {
     );
     stream.write(3);
     let source = &mut routes as &mut dyn MessageSource;
-    futures::executor::block_on(crate::connector::ready(source));
-    let m = source.message().expect("a message once ready");
+    let m = futures::executor::block_on(crate::connector::next(source));
     assert_eq!(
         (m.topic, m.payload),
         ("t", &[3u8][..]),
-        "connector::ready and MessageSource::message pull the same way"
+        "connector::next pulls as Routes::next does"
+    );
+}
+
+/// The retry path of a connector whose write failed: the `Ready` of the
+/// last poll gives the same message again after polls that found nothing
+/// (and after `replay_latest`, which polls no route).
+#[test]
+fn a_kept_ready_gives_the_same_message_until_a_route_is_polled() {
+    let state: &'static Record<Cs, Latest<u16>, 1> = leak(Record::new("state"));
+    let stream: &'static Record<Cs, Ring<u16, 4>, 1> = leak(Record::new("stream"));
+    let ready: &'static Readiness<1> = leak(Readiness::new());
+    let mut a = Link::new(state.subscribe().unwrap(), "s", Postcard);
+    let mut b = Link::new(stream.subscribe().unwrap(), "t", Postcard);
+    let (mut p, mut t) = ([0u8; 8], [0u8; 0]);
+    let mut bld = Routes::<_, 1, 2>::builder(ready, &mut p, &mut t);
+    bld.link(&mut a).link(&mut b);
+    let mut routes = bld.build().unwrap();
+    stream.write(7);
+    let source = &mut routes as &mut dyn MessageSource;
+    let mut cx = Context::from_waker(Waker::noop());
+    let Poll::Ready(kept) = source.poll_ready(&mut cx) else {
+        panic!("the stream value is ready");
+    };
+    assert_eq!(kept.route(), 1);
+    assert!(source.poll_ready(&mut cx).is_pending());
+    source.replay_latest();
+    let m = source.message(kept);
+    assert_eq!((m.route, m.topic, m.payload), (1, "t", &[7u8][..]));
+}
+
+#[test]
+fn qos_follows_the_kind_unless_the_link_sets_it() {
+    use crate::connector::QoS;
+    let state: &'static Record<Cs, Latest<u16>, 2> = leak(Record::new("state"));
+    let stream: &'static Record<Cs, Ring<u16, 4>, 2> = leak(Record::new("stream"));
+    let cmd: &'static Record<Cs, Mailbox<u16>, 1> = leak(Record::new("cmd"));
+    let ready: &'static Readiness<1> = leak(Readiness::new());
+    let mut a = Link::new(state.subscribe().unwrap(), "s", Postcard);
+    let mut b = Link::new(stream.subscribe().unwrap(), "r", Postcard);
+    let mut c = Link::new(cmd.subscribe().unwrap(), "c", Postcard);
+    let mut d = Link::new(stream.subscribe().unwrap(), "r0", Postcard).qos(QoS::AtMostOnce);
+    let mut e = Link::new(state.subscribe().unwrap(), "s2", Postcard)
+        .retained(false)
+        .qos(QoS::ExactlyOnce);
+    let (mut p, mut t) = ([0u8; 16], [0u8; 0]);
+    let mut bld = Routes::<_, 1, 8>::builder(ready, &mut p, &mut t);
+    bld.link(&mut a)
+        .link(&mut b)
+        .link(&mut c)
+        .link(&mut d)
+        .link(&mut e);
+    let mut routes = bld.build().unwrap();
+    state.write(1);
+    stream.write(2);
+    cmd.write(3);
+    let mut seen = Vec::new();
+    let mut cx = Context::from_waker(Waker::noop());
+    while let Poll::Ready(m) = routes.poll_next(&mut cx) {
+        seen.push((std::string::String::from(m.topic), m.qos, m.retain));
+    }
+    seen.sort();
+    let want: Vec<(std::string::String, QoS, bool)> = [
+        ("c", QoS::AtLeastOnce, false),
+        ("r", QoS::AtLeastOnce, false),
+        ("r0", QoS::AtMostOnce, false),
+        ("s", QoS::AtLeastOnce, true),
+        ("s2", QoS::ExactlyOnce, false),
+    ]
+    .iter()
+    .map(|&(t, q, r)| (std::string::String::from(t), q, r))
+    .collect();
+    assert_eq!(
+        seen, want,
+        "a QoS set on a link leaves its retain flag, and the reverse"
     );
 }
 

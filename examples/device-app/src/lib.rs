@@ -17,7 +17,7 @@
 use portable_atomic::{AtomicU32, Ordering};
 
 use aimdb_connectors::framed::{self, Framed};
-use aimdb_connectors::mqtt::{self, Mqtt, QoS, RouteQos};
+use aimdb_connectors::mqtt::{self, Mqtt, QoS};
 use aimdb_connectors::reconnect::Reconnect;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
@@ -104,8 +104,7 @@ pub const KEEP_ALIVE_SECS: u16 = 2;
 /// The broker keeps the session this long after a drop.
 pub const SESSION_EXPIRY_SECS: u32 = 300;
 
-/// The MQTT connector's configuration: readings and status at QoS 1,
-/// counters at QoS 0, a session the broker keeps across a drop (so QoS 1
+/// The MQTT connector's configuration: a session the broker keeps across a drop (so QoS 1
 /// publishes in flight at the drop are sent again, not lost), and
 /// reconnect for ever (feature `no-reconnect`: one connection, to show the
 /// end-to-end run fails without it).
@@ -115,8 +114,6 @@ pub const SESSION_EXPIRY_SECS: u32 = 300;
 /// await their PUBACK is taken for gone, long before the readings `Ring`
 /// ([`READINGS_DEPTH`] readings) overflows.
 pub fn mqtt_config() -> mqtt::Config<'static> {
-    // Route order in `mqtt_connector`: readings, status, link.
-    const QOS: [QoS; 3] = [QoS::AtLeastOnce, QoS::AtLeastOnce, QoS::AtMostOnce];
     let mut c = mqtt::Config::new(CLIENT_ID);
     c.keep_alive_secs = KEEP_ALIVE_SECS;
     c.connect_timeout_ms = 1_000;
@@ -130,7 +127,6 @@ pub fn mqtt_config() -> mqtt::Config<'static> {
     } else {
         Reconnect::Always
     };
-    c.publish_qos = RouteQos::Table(&QOS);
     c.session_expiry_secs = SESSION_EXPIRY_SECS;
     c
 }
@@ -153,7 +149,9 @@ pub async fn mqtt_connector<C: aimdb_connectors::Connect>(
     };
     let mut readings = outbound::Link::new(readings, topics::READINGS, Postcard);
     let mut status = outbound::Link::new(status, topics::STATUS, Postcard);
-    let mut link = outbound::Link::new(link, topics::LINK, Postcard);
+    // Readings and status at their kinds' QoS 1; the counters change
+    // often and the next value supersedes a lost one: QoS 0.
+    let mut link = outbound::Link::new(link, topics::LINK, Postcard).qos(QoS::AtMostOnce);
     // The largest payload is a LinkStats: seven `u32`s, at most 35 bytes
     // of postcard.
     let (mut payload, mut topic) = ([0u8; 35], [0u8; 0]);

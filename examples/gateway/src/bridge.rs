@@ -11,13 +11,14 @@
 use std::net::SocketAddr;
 
 use aimdb_connectors::framed::{self, Framed};
-use aimdb_connectors::mqtt::{self, Config, Connect, Counters, Mqtt, QoS, RouteQos, TlsConnect};
+use aimdb_connectors::mqtt::{self, Config, Connect, Counters, Mqtt, QoS, TlsConnect};
 use aimdb_connectors::reconnect::{Backoff, Reconnect};
 use aimdb_connectors::tokio_io::TcpConnect;
 use aimdb_connectors::tokio_io::{self, FromTokio, TokioDelay};
 use aimdb_core::codec::{Json, Postcard};
+use aimdb_core::connector::{DispatchError, InboundStats};
 use aimdb_core::inbound;
-use aimdb_core::inbound::{Dispatch, DispatchError, Stats};
+use aimdb_core::inbound::Dispatch;
 use aimdb_core::outbound;
 use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Mailbox, Reader, Record, Ring};
@@ -175,7 +176,9 @@ pub async fn mqtt(broker: Broker, readers: MqttReaders) -> aimdb_connectors::rec
     let readings_topic = leak(format!("{}/readings", broker.prefix));
     let status_topic = leak(format!("{}/status", broker.prefix));
     let MqttReaders(readings, status) = readers;
-    let mut readings = outbound::Link::new(readings, readings_topic, Json);
+    // At least once (a `Ring`'s default, said here because it matters): a
+    // reading survives a broker hiccup.
+    let mut readings = outbound::Link::new(readings, readings_topic, Json).qos(QoS::AtLeastOnce);
     let mut status = outbound::Link::new(status, status_topic, Json);
     let (mut payload, mut topic) = ([0u8; 256], [0u8; 0]);
     let mut b = Routes::<_, 1, 2>::builder(&MQTT_READY, &mut payload, &mut topic);
@@ -183,8 +186,6 @@ pub async fn mqtt(broker: Broker, readers: MqttReaders) -> aimdb_connectors::rec
     let mut routes = b.build().expect("MQTT outbound table");
 
     let mut config = Config::new("aimdb-gateway");
-    // At least once: a reading survives a broker hiccup (the Ring holds it).
-    config.publish_qos = RouteQos::All(QoS::AtLeastOnce);
     let creds = broker
         .credentials
         .as_ref()
@@ -240,8 +241,8 @@ pub fn status_line() -> String {
 /// rejection of each kind on either inbound table, with its reason, and a
 /// new MQTT connection error with its cause.
 pub struct Notices {
-    device: Stats,
-    mqtt: Stats,
+    device: InboundStats,
+    mqtt: InboundStats,
     mqtt_error: Option<mqtt::Cause>,
 }
 
@@ -249,8 +250,8 @@ impl Notices {
     /// Nothing seen yet.
     pub fn new() -> Self {
         Self {
-            device: Stats::default(),
-            mqtt: Stats::default(),
+            device: InboundStats::default(),
+            mqtt: InboundStats::default(),
             mqtt_error: None,
         }
     }

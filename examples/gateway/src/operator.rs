@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use aimdb_connectors::mqtt::{Config, Counters, Mqtt, QoS, RouteQos};
+use aimdb_connectors::mqtt::{Config, Counters, Mqtt};
 use aimdb_connectors::tokio_io::TcpConnect;
 use aimdb_connectors::tokio_io::TokioDelay;
 use aimdb_core::codec::Json;
@@ -82,7 +82,6 @@ pub async fn run(
     b.link(&mut cmd);
     let mut routes = b.build().expect("operator outbound table");
     let mut config = Config::new("aimdb-demo-operator");
-    config.publish_qos = RouteQos::All(QoS::AtLeastOnce);
     config.credentials = credentials
         .as_ref()
         .map(|(u, p)| (u.as_str(), p.as_bytes()));

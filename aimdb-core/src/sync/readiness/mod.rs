@@ -66,7 +66,6 @@ use core::task::Waker;
 
 use super::atomic::{spin_loop, AtomicU32, Ordering, UnsafeCell};
 use super::loom_const_fn;
-use crate::outbound::URGENT_BURST;
 
 mod bits;
 #[cfg(all(test, not(aimdb_loom)))]
@@ -367,7 +366,7 @@ impl<const W: usize> fmt::Debug for Readiness<W> {
 ///
 /// Two priority classes: routes `0..urgent` (at most 32, so all in word 0)
 /// are urgent. A pull serves a pending urgent route before any normal one,
-/// round-robin among them, except that after [`URGENT_BURST`] urgent routes
+/// round-robin among them, except that after `burst` urgent routes
 /// in a row while a normal one is pending, one normal route goes next. The
 /// class is decided here only, by index, so markers, parking and `set` do
 /// not know it. `absorb` stops after word 0 when it holds a ready urgent
@@ -386,6 +385,10 @@ pub struct Pending<const W: usize> {
     /// Urgent routes served in a row; reset by a pull that finds no
     /// urgent route pending, or that serves a normal one.
     streak: u8,
+    /// Urgent routes served in a row while a normal one is pending before
+    /// one normal route goes next (the owner's policy, see
+    /// [`Self::set_urgent`]).
+    burst: u8,
     /// A clone of the waker this transport stored in the readiness cell:
     /// comparing against it tells whether the cell needs rewriting without
     /// touching the cell.
@@ -408,6 +411,7 @@ impl<const W: usize> Pending<W> {
             urgent_mask: 0,
             urgent_cursor: 0,
             streak: 0,
+            burst: 0,
             waker: None,
             seen_vtable: 0,
             direct_due: false,
@@ -662,8 +666,10 @@ impl<const W: usize> Pending<W> {
         self.bits.is_empty()
     }
 
-    /// Makes routes `0..n` urgent (`n` at most 32).
-    pub fn set_urgent(&mut self, n: usize) {
+    /// Makes routes `0..n` urgent (`n` at most 32), served `burst` in a
+    /// row at most while a normal route is pending.
+    pub fn set_urgent(&mut self, n: usize, burst: u8) {
+        self.burst = burst;
         self.urgent_mask = match n {
             0 => 0,
             n if n >= 32 => u32::MAX,
@@ -698,7 +704,7 @@ impl<const W: usize> Pending<W> {
         // The urgent bits hidden from the normal round-robin below.
         let mut hidden = 0;
         if u != 0 {
-            if self.streak < URGENT_BURST || !self.bits.any_outside0(mask) {
+            if self.streak < self.burst || !self.bits.any_outside0(mask) {
                 // Round-robin from the urgent cursor, wrapping.
                 let from = u & (!0u32).checked_shl(self.urgent_cursor).unwrap_or(0);
                 let i = if from != 0 { from } else { u }.trailing_zeros();

@@ -145,7 +145,7 @@ fn direct_hand_over_waits_its_turn_behind_routes_already_pending() {
 fn direct_hand_over_of_an_urgent_route_moves_the_urgent_cursor() {
     let r = leaked::<4>();
     let mut p = Pending::<4>::new();
-    p.set_urgent(3);
+    p.set_urgent(3, 8);
     assert!(p.park(r, Waker::noop()));
     r.mark(1);
     assert_eq!(p.take(r), Some(1));

@@ -40,7 +40,7 @@ use core::task::{Context, Poll, Waker};
 
 use aimdb_connectors::framed::frame::{self, Decoder, Event};
 use aimdb_connectors::loopback::Pair;
-use aimdb_connectors::mqtt::{self, Counters, Mqtt, QoS, RouteQos};
+use aimdb_connectors::mqtt::{self, Counters, Mqtt, QoS};
 use aimdb_core::codec::{Encode, Postcard};
 use aimdb_core::inbound;
 use aimdb_core::inbound::{Dispatch, KeyedLink};
@@ -531,7 +531,7 @@ fn mqtt_rows(waker: &Waker) {
     let Ok(r) = MQTT_OUT.subscribe() else {
         fail("mqtt out reader")
     };
-    let mut out = outbound::Link::new(r, "b3/out", Postcard);
+    let mut out = outbound::Link::new(r, "b3/out", Postcard).qos(QoS::AtMostOnce);
     let (mut scratch, mut topic) = ([0x5au8; 32], [0u8; 0]);
     let mut b = Routes::<_, 1, 1>::builder(&MQTT_READY, &mut scratch, &mut topic);
     b.link(&mut out);
@@ -544,7 +544,6 @@ fn mqtt_rows(waker: &Waker) {
     let mut c = mqtt::Config::new("b3");
     c.keep_alive_secs = 0;
     c.ack_timeout_ms = 0;
-    c.publish_qos = RouteQos::All(QoS::AtMostOnce);
     c.subscribe_qos = QoS::AtMostOnce;
     let (mut rx, mut tx) = ([0u8; 256], [0u8; 512]);
     let connect = (client_rx, client_tx);

@@ -31,9 +31,10 @@ use core::task::Poll;
 
 use aimdb_core::codec::{DecodeError, Encode, Postcard};
 use aimdb_core::inbound;
-use aimdb_core::inbound::{Dispatch, DispatchError, KeyedLink};
+use aimdb_core::connector::{DispatchError, Message};
+use aimdb_core::inbound::{Dispatch, KeyedLink};
 use aimdb_core::outbound;
-use aimdb_core::outbound::{Message, Routes, TopicWriter, Written};
+use aimdb_core::outbound::{Routes, TopicWriter, Written};
 use aimdb_core::record::{Keyed, Latest, Mailbox, Record, Ring, SubscribeError, TryRecvError};
 use aimdb_core::sync::Readiness;
 use cortex_m_semihosting::{debug, hprintln};
