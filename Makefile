@@ -70,7 +70,7 @@ clippy:
 ## (own target dir: other RUSTFLAGS).
 loom:
 	RUSTFLAGS="--cfg aimdb_loom" LOOM_MAX_PREEMPTIONS=3 $(CARGO) test -p aimdb-core \
-	  --features std --lib --release --target-dir target/loom sync::loom_model
+	  --features std --lib --release --target-dir target/loom outbound::loom_model
 	RUSTFLAGS="--cfg aimdb_loom" $(CARGO) clippy -p aimdb-core --features std \
 	  --all-targets --target-dir target/loom -- -D warnings
 

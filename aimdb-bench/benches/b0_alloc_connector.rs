@@ -210,7 +210,8 @@ async fn outbound_rows(out: &mut Vec<Measured>) {
         Written(written as WrittenFn),
         Postcard,
     ));
-    let mut b = Routes::<_, 1, 1>::builder(ready, leak([0x5au8; 64]), leak([0x5au8; 64]));
+    let mut b =
+        Routes::<_, 1, 1>::builder(ready, leak([0x5au8; 64])).written_topics(leak([0x5au8; 64]));
     b.link(link);
     let mut routes = b.build().expect("config");
     out.push(
@@ -229,7 +230,8 @@ async fn outbound_rows(out: &mut Vec<Measured>) {
         "owned",
         Postcard,
     ));
-    let mut b = Routes::<_, 1, 1>::builder(ready, leak([0x5au8; 64]), leak([0x5au8; 64]));
+    let mut b =
+        Routes::<_, 1, 1>::builder(ready, leak([0x5au8; 64])).written_topics(leak([0x5au8; 64]));
     b.link(link);
     let mut routes = b.build().expect("config");
     out.push(
@@ -324,7 +326,8 @@ async fn connector_rows(out: &mut Vec<Measured>) {
             Postcard,
         ));
         let ready: &'static Readiness<1> = leak(Readiness::new());
-        let mut b = Routes::<_, 1, 1>::builder(ready, leak([0x5au8; 64]), leak([0x5au8; 64]));
+        let mut b = Routes::<_, 1, 1>::builder(ready, leak([0x5au8; 64]))
+            .written_topics(leak([0x5au8; 64]));
         b.link(link);
         let mut routes = b.build().expect("config");
         let mut b = Dispatch::<'static, 4, 4>::builder();

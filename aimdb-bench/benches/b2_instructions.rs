@@ -226,8 +226,8 @@ fn operation(row: &str) -> Option<Box<dyn FnMut(usize)>> {
                 Written(written as WrittenFn),
                 Postcard,
             ));
-            let mut b =
-                Routes::<_, 1, 1>::builder(ready_bits, leak([0x5au8; 64]), leak([0x5au8; 64]));
+            let mut b = Routes::<_, 1, 1>::builder(ready_bits, leak([0x5au8; 64]))
+                .written_topics(leak([0x5au8; 64]));
             b.link(link);
             let mut routes = b.build().expect("config");
             Box::new(move |i| {

@@ -176,7 +176,7 @@ fn outbound_with(n: usize, urgent: usize) -> Outbound {
     let ready: &'static Readiness<WORDS> = leak(Readiness::new());
     let payload: &'static mut [u8] = leak([0x5au8; 64]);
     let topic: &'static mut [u8] = leak([0x5au8; 64]);
-    let mut b = OutTable::builder(ready, payload, topic);
+    let mut b = OutTable::builder(ready, payload).written_topics(topic);
     for (i, r) in records.iter().enumerate() {
         let link: &'static mut StaticLink = leak(outbound::Link::new(
             r.subscribe().expect("one reader"),

@@ -59,8 +59,8 @@
 //! /// Runs the device link on one UART until it fails.
 //! pub async fn uart_link(rx: impl Read, tx: impl Write) -> framed::Error {
 //!     let mut status = outbound::Link::new(STATUS.subscribe().unwrap(), "dev/status", Postcard);
-//!     let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
-//!     let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic);
+//!     let mut payload = [0u8; 16];
+//!     let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload);
 //!     b.link(&mut status);
 //!     let mut routes = b.build().unwrap();
 //!     let cmd = inbound::Link::new(&CMD, Postcard);
@@ -98,7 +98,7 @@
 //! [`inbound::Counters`](aimdb_core::inbound::Counters) for a `Dispatch`
 //! others must read while a connector owns it. `Counters::snapshot()`
 //! returns a `Stats`, a plain copy ([`framed::Stats`], `mqtt::Stats`,
-//! [`inbound::Stats`](aimdb_core::inbound::Stats)); a table's own
+//! [`connector::InboundStats`](aimdb_core::connector::InboundStats)); a table's own
 //! `stats()` returns its `Stats` directly. The fields mean the same thing
 //! everywhere: `sent` (messages written to the transport), `received`
 //! (messages read from it and accepted), `rejected` (read, refused by the

@@ -5,6 +5,9 @@
 //! stopped trying.
 
 use core::fmt;
+use core::time::Duration;
+
+use embedded_hal_async::delay::DelayNs;
 
 /// Whether a dropped or failed connection is retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,40 +35,30 @@ impl Reconnect {
 
 /// Bounded exponential backoff between connection attempts.
 ///
-/// The wait before the `k`-th attempt after a drop is `min_ms · 2^(k-1)`,
-/// capped at `max_ms`. The first reconnect also waits `min_ms`, so a broker
+/// The wait before the `k`-th attempt after a drop is `min · 2^(k-1)`,
+/// capped at `max`. The first reconnect also waits `min`, so a broker
 /// that accepts and then drops at once is not hammered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
-    /// First wait, in milliseconds.
-    pub min_ms: u32,
-    /// Longest wait, in milliseconds.
-    pub max_ms: u32,
+    /// First wait.
+    pub min: Duration,
+    /// Longest wait (taken as `min` if it is shorter).
+    pub max: Duration,
 }
 
 impl Backoff {
     /// 100 ms doubling up to 5 s.
     pub const DEFAULT: Self = Self {
-        min_ms: 100,
-        max_ms: 5_000,
+        min: Duration::from_millis(100),
+        max: Duration::from_secs(5),
     };
 
     /// The wait before attempt number `attempt` (1 = the first retry).
-    pub const fn delay_ms(&self, attempt: u32) -> u32 {
-        let shift = if attempt == 0 { 0 } else { attempt - 1 };
-        // Past 31 doublings any u32 minimum is saturated anyway.
-        let factor = if shift >= 31 { u32::MAX } else { 1u32 << shift };
-        let d = self.min_ms.saturating_mul(factor);
-        let max = if self.max_ms < self.min_ms {
-            self.min_ms
-        } else {
-            self.max_ms
-        };
-        if d > max {
-            max
-        } else {
-            d
-        }
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let shift = attempt.saturating_sub(1);
+        // Past 31 doublings any minimum is past any maximum anyway.
+        let factor = 1u32.checked_shl(shift).unwrap_or(u32::MAX);
+        self.min.saturating_mul(factor).min(self.max.max(self.min))
     }
 }
 
@@ -73,6 +66,18 @@ impl Default for Backoff {
     fn default() -> Self {
         Self::DEFAULT
     }
+}
+
+/// Waits `d` on `delay` (whole milliseconds, rounded up; at most
+/// `u32::MAX` ms).
+pub(crate) async fn wait<D: DelayNs>(delay: &mut D, d: Duration) {
+    delay.delay_ms(millis(d)).await;
+}
+
+/// `d` in whole milliseconds, rounded up, saturated to `u32`.
+pub(crate) fn millis(d: Duration) -> u32 {
+    let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
+    u32::try_from(ms).unwrap_or(u32::MAX)
 }
 
 /// Why a reconnecting run ended: the [`Reconnect`] policy allows no
@@ -104,19 +109,27 @@ mod tests {
     #[test]
     fn doubles_and_caps() {
         let b = Backoff::DEFAULT;
-        let waits: [u32; 8] = core::array::from_fn(|i| b.delay_ms(i as u32 + 1));
+        let waits: [u32; 8] = core::array::from_fn(|i| millis(b.delay(i as u32 + 1)));
         assert_eq!(waits, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
-        assert_eq!(b.delay_ms(0), 100);
-        assert_eq!(b.delay_ms(u32::MAX), 5000);
+        assert_eq!(b.delay(0), Duration::from_millis(100));
+        assert_eq!(b.delay(u32::MAX), Duration::from_secs(5));
     }
 
     #[test]
     fn max_below_min_means_min() {
         let b = Backoff {
-            min_ms: 300,
-            max_ms: 10,
+            min: Duration::from_millis(300),
+            max: Duration::from_millis(10),
         };
-        assert_eq!(b.delay_ms(5), 300);
+        assert_eq!(b.delay(5), Duration::from_millis(300));
+    }
+
+    #[test]
+    fn waits_round_up_to_whole_milliseconds() {
+        assert_eq!(millis(Duration::from_micros(1)), 1);
+        assert_eq!(millis(Duration::from_micros(2_500)), 3);
+        assert_eq!(millis(Duration::from_millis(7)), 7);
+        assert_eq!(millis(Duration::from_secs(u64::MAX)), u32::MAX);
     }
 
     #[test]

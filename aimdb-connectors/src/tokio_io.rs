@@ -24,7 +24,7 @@
 //!
 //! ```
 //! use aimdb_connectors::framed::{self, Counters, Framed};
-//! use aimdb_connectors::reconnect::{Backoff, Reconnect};
+//! use aimdb_connectors::reconnect::Backoff;
 //! use aimdb_connectors::tokio_io::{self, TcpConnect, TokioDelay};
 //! use aimdb_core::codec::Postcard;
 //! use aimdb_core::inbound::Dispatch;
@@ -32,6 +32,7 @@
 //! use aimdb_core::record::{Latest, Record};
 //! use aimdb_core::sync::{HostRawMutex, Readiness};
 //! use embedded_io_async::Read;
+//! use std::time::Duration;
 //!
 //! static TEMP: Record<HostRawMutex, Latest<i16>, 1> = Record::new("temp");
 //! static READY: Readiness<1> = Readiness::new();
@@ -44,15 +45,17 @@
 //!
 //! // The tables live as long as the task: leak them at start-up.
 //! let link = Box::leak(Box::new(outbound::Link::new(TEMP.subscribe().unwrap(), "temp", Postcard)));
-//! let (payload, topic) = (Box::leak(Box::new([0u8; 16])), Box::leak(Box::new([0u8; 0])));
-//! let mut b = Routes::<_, 1, 1>::builder(&READY, payload, topic);
+//! let payload = Box::leak(Box::new([0u8; 16]));
+//! let mut b = Routes::<_, 1, 1>::builder(&READY, payload);
 //! b.link(link);
 //! let mut routes = b.build().unwrap();
 //! let mut dispatch = Dispatch::<1, 1>::builder().build().unwrap();
+//! let mut config = framed::Config::new();
+//! config.backoff = Backoff { min: Duration::from_millis(10), max: Duration::from_secs(1) };
 //! tokio::spawn(async move {
-//!     let backoff = Backoff { min_ms: 10, max_ms: 1_000 };
 //!     Framed::new(&COUNTERS)
-//!         .run_reconnecting(connect, TokioDelay, Reconnect::Always, backoff, &mut dispatch, &mut routes)
+//!         .with_config(config)
+//!         .run_reconnecting(connect, TokioDelay, &mut dispatch, &mut routes)
 //!         .await
 //! });
 //!

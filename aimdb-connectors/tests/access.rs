@@ -35,7 +35,7 @@ fn device_routes(
         "dev/state",
         Postcard,
     ));
-    let mut b = Routes::<_, 1, 1>::builder(ready, leak([0u8; 16]), leak([0u8; 16]));
+    let mut b = Routes::<_, 1, 1>::builder(ready, leak([0u8; 16])).written_topics(leak([0u8; 16]));
     b.link(state_out);
     let routes = b.build().unwrap();
     let mut b = Dispatch::<2, 4>::builder();

@@ -45,8 +45,8 @@ macro_rules! tables {
             "t/out",
             Postcard,
         ));
-        let mut b =
-            Routes::<Ready, 1, 1>::builder(leak(Readiness::new()), leak([0; 16]), leak([0; 16]));
+        let mut b = Routes::<Ready, 1, 1>::builder(leak(Readiness::new()), leak([0; 16]))
+            .written_topics(leak([0; 16]));
         b.link(link);
         let routes = b.build().unwrap();
         let mut b = Dispatch::<1, 1>::builder();
@@ -80,8 +80,8 @@ fn framed_run_over_local_tables_is_not_send() {
         "t/out",
         Postcard,
     ));
-    let mut b =
-        LocalRoutes::<Ready, 1, 1>::builder(leak(Readiness::new()), leak([0; 16]), leak([0; 16]));
+    let mut b = LocalRoutes::<Ready, 1, 1>::builder(leak(Readiness::new()), leak([0; 16]))
+        .written_topics(leak([0; 16]));
     b.link(link);
     let mut routes = b.build().unwrap();
     let mut dispatch = LocalDispatch::<1, 1>::builder().build().unwrap();
@@ -100,7 +100,17 @@ fn mqtt_run_over_tcp_is_send_with_thread_safe_records() {
     let (mut d, mut r) = tables!(HostRawMutex);
     let (rx, tx) = (leak([0u8; 256]), leak([0u8; 256]));
     let connect = TcpConnect::new("127.0.0.1:1");
-    let mut mqtt = Mqtt::new(Config::new("pin"), rx, tx, connect, TokioDelay, counters).unwrap();
+    let mut mqtt = Mqtt::new(
+        Config::new("pin"),
+        aimdb_connectors::mqtt::Parts {
+            connect,
+            delay: TokioDelay,
+            rx,
+            tx,
+            counters,
+        },
+    )
+    .unwrap();
     let fut = mqtt.run(&mut d, &mut r);
     is_send(&fut);
 }

@@ -245,7 +245,7 @@ fn one_hundred_thousand_distinct_keys_fill_the_table_and_memory_stays_flat() {
     let mut b = Dispatch::<1, 4>::builder();
     b.link_keyed("dev/+/v", 1, &link);
     let mut dispatch = b.build().unwrap();
-    let mut none = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut [], &mut [])
+    let mut none = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut [])
         .build()
         .unwrap();
     let pair = Pair::<NoopRawMutex, 4096>::new();
@@ -322,7 +322,8 @@ fn pending_outbound_per_route_is_the_ring_capacity() {
     let rec: &'static Record<Cs, Ring<u32, 16>, 1> = leak(Record::new("r"));
     let mut link = outbound::Link::new(rec.subscribe().unwrap(), "r", Postcard);
     let (mut payload, mut topic) = ([0u8; 8], [0u8; 8]);
-    let mut b = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut payload, &mut topic);
+    let mut b = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut payload)
+        .written_topics(&mut topic);
     b.link(&mut link);
     let mut routes = b.build().unwrap();
     let mut got = Vec::with_capacity(16);
@@ -380,7 +381,7 @@ async fn mqtt_packet_size_is_bounded_by_the_session_buffers() {
     let encode: fn(&u32, &mut [u8]) -> Result<usize, aimdb_core::codec::EncodeError> = padded;
     let mut out = outbound::Link::new(OUT.subscribe().unwrap(), "big/out", encode);
     let (mut payload, mut topic) = ([0u8; 2048], [0u8; 16]);
-    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic);
+    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload).written_topics(&mut topic);
     b.link(&mut out);
     let mut routes = b.build().unwrap();
     let in_link = inbound::Link::new(&IN, Postcard);

@@ -84,14 +84,15 @@ fn wiring<B: Buffer<Item = u32> + Send>(
     Routes<'static, &'static Readiness<1>, 1, 1>,
 ) {
     let link = leak_mut(outbound::Link::new(out.subscribe().unwrap(), "t", Postcard));
-    let mut b = Routes::<_, 1, 1>::builder(ready(), leak_mut([0u8; 16]), leak_mut([0u8; 16]));
+    let mut b = Routes::<_, 1, 1>::builder(ready(), leak_mut([0u8; 16]))
+        .written_topics(leak_mut([0u8; 16]));
     b.link(link);
     let routes = b.build().unwrap();
     let mut b = Dispatch::<1, 1>::builder();
     b.link("t", leak(inbound::Link::new(inn, Postcard)));
     let dispatch = b.build().unwrap();
     let nothing = Dispatch::<1, 1>::builder().build().unwrap();
-    let none = Routes::<_, 1, 1>::builder(ready(), &mut [], &mut [])
+    let none = Routes::<_, 1, 1>::builder(ready(), &mut [])
         .build()
         .unwrap();
     (routes, dispatch, nothing, none)
@@ -337,7 +338,7 @@ fn ring_values_survive_connections_closed_mid_frame_exactly_once_in_order() {
         .collect();
     let mut dispatch = dispatch_over::<ROUTES, 4>(&topics, &in_links);
     let mut nothing = Dispatch::<1, 1>::builder().build().unwrap();
-    let mut none = Routes::<_, 1, 1>::builder(ready(), &mut [], &mut [])
+    let mut none = Routes::<_, 1, 1>::builder(ready(), &mut [])
         .build()
         .unwrap();
     let mut readers: Vec<_> = inns.iter().map(|r| r.subscribe().unwrap()).collect();
@@ -493,7 +494,7 @@ fn while_disconnected_ring_reports_exact_lag_and_latest_and_mailbox_coalesce() {
     let mut l2 = outbound::Link::new(state.subscribe().unwrap(), "state", Postcard);
     let mut l3 = outbound::Link::new(cmd.subscribe().unwrap(), "cmd", Postcard);
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut b = Routes::<_, 1, 3>::builder(ready(), &mut payload, &mut topic);
+    let mut b = Routes::<_, 1, 3>::builder(ready(), &mut payload).written_topics(&mut topic);
     b.link(&mut l1).link(&mut l2).link(&mut l3);
     let mut routes = b.build().unwrap();
     let (i1, i2, i3) = (
@@ -505,7 +506,7 @@ fn while_disconnected_ring_reports_exact_lag_and_latest_and_mailbox_coalesce() {
     b.link("ring", &i1).link("state", &i2).link("cmd", &i3);
     let mut dispatch = b.build().unwrap();
     let mut nothing = Dispatch::<1, 1>::builder().build().unwrap();
-    let mut none = Routes::<_, 1, 1>::builder(ready(), &mut [], &mut [])
+    let mut none = Routes::<_, 1, 1>::builder(ready(), &mut [])
         .build()
         .unwrap();
     let (mut r_ring, mut r_state, mut r_cmd) = (

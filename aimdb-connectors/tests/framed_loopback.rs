@@ -69,7 +69,8 @@ fn bad_frames_are_counted_skipped_and_the_next_good_frame_lands() {
     let ready = Readiness::<1>::new();
     let ready: &'static Readiness<1> = Box::leak(Box::new(ready));
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut routes = Routes::<_, 1, 1>::builder(ready, &mut payload, &mut topic)
+    let mut routes = Routes::<_, 1, 1>::builder(ready, &mut payload)
+        .written_topics(&mut topic)
         .build()
         .unwrap();
 
@@ -144,7 +145,7 @@ fn closed_transport_ends_the_run_and_latest_is_replayed_after_reconnect() {
     let mut status_link = status_link;
     let ready: &'static Readiness<1> = Box::leak(Box::new(Readiness::new()));
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut b = Routes::<_, 1, 1>::builder(ready, &mut payload, &mut topic);
+    let mut b = Routes::<_, 1, 1>::builder(ready, &mut payload).written_topics(&mut topic);
     b.link(&mut status_link);
     let mut routes = b.build().unwrap();
     let mut dispatch = Dispatch::<1, 1>::builder().build().unwrap();

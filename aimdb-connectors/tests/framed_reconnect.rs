@@ -6,8 +6,9 @@ mod common;
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::time::Duration;
 
-use aimdb_connectors::framed::{frame, Counters, Framed};
+use aimdb_connectors::framed::{self, frame, Counters, Framed};
 use aimdb_connectors::loopback::{Pair, PipeReader, PipeWriter};
 use aimdb_connectors::reconnect::{Backoff, Reconnect, Stopped};
 use aimdb_connectors::tokio_io::{TcpConnect, TokioDelay};
@@ -118,30 +119,25 @@ fn reconnects_with_backoff_replays_state_and_gives_up_by_policy() {
     ]));
     let mut state = outbound::Link::new(state_rec.subscribe().unwrap(), "state", Postcard);
     let mut n = outbound::Link::new(n_rec.subscribe().unwrap(), "n", Postcard);
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
-    let mut b = LocalRoutes::<_, 1, 2>::builder(ready, &mut payload, &mut topic);
+    let mut payload = [0u8; 16];
+    let mut b = LocalRoutes::<_, 1, 2>::builder(ready, &mut payload);
     b.link(&mut state).link(&mut n);
     let mut routes = b.build().unwrap();
     let mut dispatch = LocalDispatch::<1, 1>::builder().build().unwrap();
     let counters = Counters::new();
-    let mut framed = Framed::<64, 128>::with_sizes(&counters);
-    let waits = Waits::default();
-    let backoff = Backoff {
-        min_ms: 10,
-        max_ms: 1_000,
+    let mut config = framed::Config::new();
+    config.reconnect = Reconnect::Attempts(3);
+    config.backoff = Backoff {
+        min: Duration::from_millis(10),
+        max: Duration::from_millis(1_000),
     };
+    let mut framed = Framed::<64, 128>::with_sizes(&counters).with_config(config);
+    let waits = Waits::default();
 
     state_rec.write(7);
     n_rec.write(1);
     let stopped = block_on(async {
-        let run = framed.run_reconnecting(
-            script,
-            &waits,
-            Reconnect::Attempts(3),
-            backoff,
-            &mut dispatch,
-            &mut routes,
-        );
+        let run = framed.run_reconnecting(script, &waits, &mut dispatch, &mut routes);
         let peer = async {
             let mut p = Peer::new(first.b().0);
             let mut got = [p.frame().await, p.frame().await];
@@ -180,27 +176,22 @@ fn never_stops_after_the_first_drop_and_a_pair_of_halves_is_a_connect() {
     let ready: &'static Readiness<1> = leak(Readiness::new());
     let pair: &'static P = leak(P::new());
     let mut state = outbound::Link::new(state_rec.subscribe().unwrap(), "state", Postcard);
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
-    let mut b = LocalRoutes::<_, 1, 1>::builder(ready, &mut payload, &mut topic);
+    let mut payload = [0u8; 16];
+    let mut b = LocalRoutes::<_, 1, 1>::builder(ready, &mut payload);
     b.link(&mut state);
     let mut routes = b.build().unwrap();
     let mut dispatch = LocalDispatch::<1, 1>::builder().build().unwrap();
     let counters = Counters::new();
-    let mut framed = Framed::<64, 128>::with_sizes(&counters);
+    let mut config = framed::Config::new();
+    config.reconnect = Reconnect::Never;
+    let mut framed = Framed::<64, 128>::with_sizes(&counters).with_config(config);
     let waits = Waits::default();
     // An always-open link (a UART): the halves themselves.
     let halves = pair.a();
 
     state_rec.write(3);
     let stopped = block_on(async {
-        let run = framed.run_reconnecting(
-            halves,
-            &waits,
-            Reconnect::Never,
-            Backoff::DEFAULT,
-            &mut dispatch,
-            &mut routes,
-        );
+        let run = framed.run_reconnecting(halves, &waits, &mut dispatch, &mut routes);
         let peer = async {
             let mut p = Peer::new(pair.b().0);
             assert_eq!(p.frame().await, ("state".into(), vec![3]));
@@ -241,25 +232,19 @@ async fn over_tcp_every_connection_gets_the_state_and_values_stay_in_order() {
         Postcard,
     ));
     let n = leak_mut(outbound::Link::new(N.subscribe().unwrap(), "n", Postcard));
-    let mut b =
-        outbound::Routes::<_, 1, 2>::builder(&READY, leak_mut([0u8; 16]), leak_mut([0u8; 0]));
+    let mut b = outbound::Routes::<_, 1, 2>::builder(&READY, leak_mut([0u8; 16]));
     b.link(state).link(n);
     let mut routes = b.build().unwrap();
     let mut dispatch = Dispatch::<1, 1>::builder().build().unwrap();
-    let backoff = Backoff {
-        min_ms: 1,
-        max_ms: 10,
+    let mut config = framed::Config::new();
+    config.backoff = Backoff {
+        min: Duration::from_millis(1),
+        max: Duration::from_millis(10),
     };
     let connector = tokio::spawn(async move {
         Framed::new(&COUNTERS)
-            .run_reconnecting(
-                connect,
-                TokioDelay,
-                Reconnect::Always,
-                backoff,
-                &mut dispatch,
-                &mut routes,
-            )
+            .with_config(config)
+            .run_reconnecting(connect, TokioDelay, &mut dispatch, &mut routes)
             .await
     });
 

@@ -16,6 +16,7 @@
 mod mosquitto;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use aimdb_connectors::mqtt::rustls::{self, CertificateError};
 use aimdb_connectors::mqtt::{
@@ -44,10 +45,10 @@ fn config<'a>(client_id: &'a str, password: &'a str) -> Config<'a> {
     let mut c = Config::new(client_id);
     c.credentials = Some((USER, password.as_bytes()));
     c.backoff = Backoff {
-        min_ms: 20,
-        max_ms: 200,
+        min: Duration::from_millis(20),
+        max: Duration::from_millis(200),
     };
-    c.keep_alive_secs = 5;
+    c.keep_alive = Some(Duration::from_secs(5));
     c
 }
 
@@ -90,7 +91,8 @@ fn routed() -> (
         Postcard,
     ));
     let ready = leak(Readiness::new());
-    let mut b = Routes::<_, 1, 1>::builder(&*ready, leak([0u8; 16]), leak([0u8; 16]));
+    let mut b =
+        Routes::<_, 1, 1>::builder(&*ready, leak([0u8; 16])).written_topics(leak([0u8; 16]));
     b.link(state);
     (out, inn, inbound, b.build().unwrap())
 }

@@ -14,6 +14,7 @@
 mod mosquitto;
 
 use std::cell::Cell;
+use std::time::Duration;
 
 use aimdb_connectors::mqtt::{Cause, Config, ConnectFailure, Counters, QoS};
 use aimdb_connectors::reconnect::{Backoff, Reconnect, Stopped};
@@ -40,19 +41,17 @@ fn reconnect_policy() -> Reconnect {
 fn config(client_id: &str) -> Config<'_> {
     let mut c = Config::new(client_id);
     c.backoff = Backoff {
-        min_ms: 20,
-        max_ms: 200,
+        min: Duration::from_millis(20),
+        max: Duration::from_millis(200),
     };
     c.reconnect = reconnect_policy();
-    c.keep_alive_secs = 5;
+    c.keep_alive = Some(Duration::from_secs(5));
     c
 }
 
 /// No outbound routes.
 fn no_routes(ready: &'static Readiness<1>) -> Routes<'static, &'static Readiness<1>, 1, 1> {
-    Routes::<_, 1, 1>::builder(ready, &mut [], &mut [])
-        .build()
-        .unwrap()
+    Routes::<_, 1, 1>::builder(ready, &mut []).build().unwrap()
 }
 
 // ------------------------------------------------------------------- tests
@@ -70,8 +69,8 @@ async fn records_published_by_the_connector_reach_mosquitto_sub() {
     // Status at its kind's QoS 1, temps at QoS 0.
     let mut temps =
         outbound::Link::new(TEMPS.subscribe().unwrap(), "dev/temp", Postcard).qos(QoS::AtMostOnce);
-    let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
-    let mut b = Routes::<_, 1, 4>::builder(&READY, &mut payload, &mut topic);
+    let mut payload = [0u8; 64];
+    let mut b = Routes::<_, 1, 4>::builder(&READY, &mut payload);
     b.link(&mut status).link(&mut temps);
     let mut routes = b.build().unwrap();
     let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
@@ -252,7 +251,7 @@ async fn broker_restart_is_survived_resubscribed_and_latest_replayed() {
 
     let mut state = outbound::Link::new(STATE.subscribe().unwrap(), "dev/state", Postcard);
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic);
+    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload).written_topics(&mut topic);
     b.link(&mut state);
     let mut routes = b.build().unwrap();
 
@@ -385,8 +384,8 @@ async fn missed_ping_response_and_missing_connack_lead_to_reconnect() {
     let counters = Counters::new();
     let (mut rx, mut tx) = ([0u8; 256], [0u8; 256]);
     let mut c = config("aimdb-quiet");
-    c.keep_alive_secs = 1;
-    c.connect_timeout_ms = 500;
+    c.keep_alive = Some(Duration::from_secs(1));
+    c.connect_timeout = Duration::from_millis(500);
     let connect = tcp(port);
     let mut mqtt = connector(c, &mut rx, &mut tx, connect, &counters);
 
@@ -450,16 +449,16 @@ async fn session_reopened_then_silent_broker_dropped_and_the_unacknowledged_publ
     let port = listener.local_addr().unwrap().port();
     let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
     let mut temp = outbound::Link::new(TEMP.subscribe().unwrap(), "t/x", Postcard);
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
-    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic);
+    let mut payload = [0u8; 16];
+    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload);
     b.link(&mut temp);
     let mut routes = b.build().unwrap();
     let counters = Counters::new();
     let (mut rx, mut tx) = ([0u8; 256], [0u8; 512]);
     let mut c = config("aimdb-silent");
-    c.keep_alive_secs = 0;
-    c.ack_timeout_ms = 300;
-    c.session_expiry_secs = 60;
+    c.keep_alive = None;
+    c.ack_timeout = Some(Duration::from_millis(300));
+    c.session_expiry = Some(Duration::from_secs(60));
     let mut mqtt = connector(c, &mut rx, &mut tx, tcp(port), &counters);
     // The CONNECT flags byte: after the protocol name (2 + 4 bytes) and
     // the version.

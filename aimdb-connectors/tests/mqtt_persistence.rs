@@ -25,6 +25,7 @@
 mod mosquitto;
 
 use std::sync::Mutex;
+use std::time::Duration;
 use std::time::Instant;
 
 use aimdb_connectors::mqtt::{Config, Counters, QoS};
@@ -85,12 +86,12 @@ impl Collector {
 fn config(id: &str) -> Config<'_> {
     let mut c = Config::new(id);
     c.backoff = Backoff {
-        min_ms: 20,
-        max_ms: 200,
+        min: Duration::from_millis(20),
+        max: Duration::from_millis(200),
     };
     c.subscribe_qos = QoS::AtLeastOnce;
-    c.session_expiry_secs = 600;
-    c.keep_alive_secs = 5;
+    c.session_expiry = Some(Duration::from_secs(600));
+    c.keep_alive = Some(Duration::from_secs(5));
     c
 }
 
@@ -126,8 +127,8 @@ async fn run(restart: Restart, tag: &str) -> &'static Collector {
     // Publisher: the stream out on soak/stream, QoS 1.
     let mut no_in = Dispatch::<1, 1>::builder().build().unwrap();
     let mut out = outbound::Link::new(stream.subscribe().unwrap(), "soak/stream", Postcard);
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
-    let mut rb = Routes::<_, 1, 1>::builder(ready_pub, &mut payload, &mut topic);
+    let mut payload = [0u8; 16];
+    let mut rb = Routes::<_, 1, 1>::builder(ready_pub, &mut payload);
     rb.link(&mut out);
     let mut routes = rb.build().unwrap();
     let pub_counters = Counters::new();
@@ -146,7 +147,7 @@ async fn run(restart: Restart, tag: &str) -> &'static Collector {
     let mut db = Dispatch::<1, 1>::builder();
     db.link("soak/stream", &link);
     let mut inbound = db.build().unwrap();
-    let mut no_out = Routes::<_, 1, 1>::builder(ready_sub, &mut [], &mut [])
+    let mut no_out = Routes::<_, 1, 1>::builder(ready_sub, &mut [])
         .build()
         .unwrap();
     let sub_counters = Counters::new();

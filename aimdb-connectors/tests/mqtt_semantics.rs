@@ -21,12 +21,13 @@ use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use mosquitto::{
     alongside, connector, free_port, publish, publish_retained, tcp, until, Broker, Sub,
 };
+use std::time::Duration;
 
 fn config(client_id: &str) -> Config<'_> {
     let mut c = Config::new(client_id);
     c.backoff = Backoff {
-        min_ms: 20,
-        max_ms: 200,
+        min: Duration::from_millis(20),
+        max: Duration::from_millis(200),
     };
     c
 }
@@ -45,8 +46,8 @@ async fn latest_state_is_retained_for_late_subscribers_streams_are_not() {
     let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
     let mut state = outbound::Link::new(STATE.subscribe().unwrap(), "kind/state", Postcard);
     let mut stream = outbound::Link::new(STREAM.subscribe().unwrap(), "kind/stream", Postcard);
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
-    let mut b = Routes::<_, 1, 2>::builder(&READY, &mut payload, &mut topic);
+    let mut payload = [0u8; 16];
+    let mut b = Routes::<_, 1, 2>::builder(&READY, &mut payload);
     b.link(&mut state).link(&mut stream);
     let mut routes = b.build().unwrap();
     let counters = Counters::new();
@@ -106,9 +107,7 @@ async fn a_retained_command_is_not_run_at_start_and_clearing_it_is_not_a_rejecti
     let mut b = Dispatch::<2, 2>::builder();
     b.link("dev/cmd", &cmd_in).link("dev/setpoint", &sp_in);
     let mut inbound = b.build().unwrap();
-    let mut routes = Routes::<_, 1, 1>::builder(&READY, &mut [], &mut [])
-        .build()
-        .unwrap();
+    let mut routes = Routes::<_, 1, 1>::builder(&READY, &mut []).build().unwrap();
     let counters = Counters::new();
     let (mut rx, mut tx) = ([0u8; 256], [0u8; 256]);
     let mut mqtt = connector(
@@ -156,9 +155,7 @@ async fn commands_replaced_before_they_were_taken_are_counted() {
     let mut b = Dispatch::<1, 1>::builder();
     b.link("dev/cmd", &cmd_in);
     let mut inbound = b.build().unwrap();
-    let mut routes = Routes::<_, 1, 1>::builder(&READY, &mut [], &mut [])
-        .build()
-        .unwrap();
+    let mut routes = Routes::<_, 1, 1>::builder(&READY, &mut []).build().unwrap();
     let counters = Counters::new();
     let (mut rx, mut tx) = ([0u8; 256], [0u8; 256]);
     let mut mqtt = connector(config("aimdb-busy"), &mut rx, &mut tx, tcp(port), &counters);
@@ -203,8 +200,8 @@ async fn an_urgent_route_is_published_before_the_ready_normal_ones() {
         .zip(&topics)
         .map(|(r, t)| outbound::Link::new(r.subscribe().unwrap(), t.as_str(), Postcard))
         .collect();
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
-    let mut b = Routes::<_, 2, 64>::builder(&READY, &mut payload, &mut topic);
+    let mut payload = [0u8; 16];
+    let mut b = Routes::<_, 2, 64>::builder(&READY, &mut payload);
     b.link_urgent(&mut stop);
     for l in &mut links {
         b.link(l);

@@ -53,7 +53,7 @@ async fn connector(dev: &'static Device, port: u16, client_id: &'static str) -> 
 
     let mut temp = outbound::Link::new(dev.temp.subscribe().unwrap(), "sensors/temp", Postcard);
     let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
-    let mut b = Routes::<_, 1, 4>::builder(&dev.ready, &mut payload, &mut topic);
+    let mut b = Routes::<_, 1, 4>::builder(&dev.ready, &mut payload).written_topics(&mut topic);
     b.link(&mut temp);
     let mut outbound = b.build().unwrap();
 
@@ -61,7 +61,17 @@ async fn connector(dev: &'static Device, port: u16, client_id: &'static str) -> 
     let config = Config::new(client_id);
     let addr: &'static str = Box::leak(format!("127.0.0.1:{port}").into_boxed_str());
     let connect = TcpConnect::new(addr);
-    let mut mqtt = Mqtt::new(config, &mut rx, &mut tx, connect, TokioDelay, &dev.counters).unwrap();
+    let mut mqtt = Mqtt::new(
+        config,
+        aimdb_connectors::mqtt::Parts {
+            connect,
+            delay: TokioDelay,
+            rx: &mut rx,
+            tx: &mut tx,
+            counters: &dev.counters,
+        },
+    )
+    .unwrap();
     let why = mqtt.run(&mut inbound, &mut outbound).await;
     why.to_string()
 }

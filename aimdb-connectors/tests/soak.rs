@@ -145,10 +145,10 @@ async fn drain<B, const R: usize>(
 fn config(id: &str) -> Config<'_> {
     let mut c = Config::new(id);
     c.backoff = Backoff {
-        min_ms: 20,
-        max_ms: 200,
+        min: Duration::from_millis(20),
+        max: Duration::from_millis(200),
     };
-    c.keep_alive_secs = 5;
+    c.keep_alive = Some(Duration::from_secs(5));
     c.subscribe_qos = QoS::AtLeastOnce;
     c
 }
@@ -257,7 +257,7 @@ fn gateway(listener: std::net::TcpListener, broker: u16) -> u32 {
     let mut links = out_links(&inns, &mqtt_topics);
     let (mut payload, mut topic) = ([0u8; 16], [0u8; 16]);
     let mut routes = routes_over::<_, W, ROUTES>(&READY, &mut payload, &mut topic, &mut links);
-    let mut none = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut [], &mut [])
+    let mut none = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut [])
         .build()
         .unwrap();
     let stats = framed::Counters::new();
@@ -305,7 +305,7 @@ fn subscriber(broker: u16) {
         .collect();
     let mut dispatch = dispatch_over::<ROUTES, 4>(&topics, &in_links);
     let mut readers: Vec<_> = inns.iter().map(|r| r.subscribe().unwrap()).collect();
-    let mut none = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut [], &mut [])
+    let mut none = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut [])
         .build()
         .unwrap();
     let (mut rx, mut tx) = (vec![0u8; 2048], vec![0u8; 2048]);

@@ -232,7 +232,8 @@ async fn side_b(
 ) -> (Error, u32) {
     // Side B sends nothing.
     let ready: &'static Readiness<1> = leak(Readiness::new());
-    let mut outbound = Routes::<_, 1, 1>::builder(ready, scratch(0), scratch(0))
+    let mut outbound = Routes::<_, 1, 1>::builder(ready, scratch(0))
+        .written_topics(scratch(0))
         .build()
         .expect("empty routes");
     let mut framed = Framed::<64, 64>::with_sizes(stats);

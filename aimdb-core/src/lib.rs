@@ -111,8 +111,8 @@
 //!
 //! // Device tables: TEMP goes out on `dev/temp`, `dev/setpoint` comes in.
 //! let mut temp_out = outbound::Link::new(TEMP.subscribe().unwrap(), "dev/temp", Postcard);
-//! let (mut p1, mut t1) = ([0u8; 16], [0u8; 0]);
-//! let mut b = Routes::<_, 1, 1>::builder(&DEV_READY, &mut p1, &mut t1);
+//! let mut p1 = [0u8; 16];
+//! let mut b = Routes::<_, 1, 1>::builder(&DEV_READY, &mut p1);
 //! b.link(&mut temp_out);
 //! let mut dev_out = b.build().unwrap();
 //! let setpoint_in = inbound::Link::new(&SETPOINT, Postcard);
@@ -126,8 +126,8 @@
 //! b.link("dev/temp", &temp_in);
 //! let mut host_in = b.build().unwrap();
 //! let mut cmd_out = outbound::Link::new(HOST_CMD.subscribe().unwrap(), "dev/setpoint", Postcard);
-//! let (mut p2, mut t2) = ([0u8; 16], [0u8; 0]);
-//! let mut b = Routes::<_, 1, 1>::builder(&HOST_READY, &mut p2, &mut t2);
+//! let mut p2 = [0u8; 16];
+//! let mut b = Routes::<_, 1, 1>::builder(&HOST_READY, &mut p2);
 //! b.link(&mut cmd_out);
 //! let mut host_out = b.build().unwrap();
 //!
@@ -162,9 +162,12 @@ extern crate std;
 mod packed;
 
 pub mod codec;
+mod config;
 pub mod connector;
 pub mod inbound;
 pub mod outbound;
 pub mod record;
 pub mod sync;
 pub mod topic;
+
+pub use config::{ConfigErrors, ConfigIssue};

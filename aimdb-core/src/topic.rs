@@ -257,7 +257,7 @@ pub(crate) fn topic_hash(bytes: &[u8]) -> u32 {
 
 /// 32-bit FNV-1a: small, no tables, good enough spread for topic and key
 /// tables whose entries are verified by comparison anyway.
-pub const fn fnv1a(bytes: &[u8]) -> u32 {
+pub(crate) const fn fnv1a(bytes: &[u8]) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
     let mut i = 0;
     while i < bytes.len() {

@@ -1,5 +1,5 @@
 //! The outbound parking protocol under real threads: what
-//! the loom model (`src/sync/loom_model.rs`) checks exhaustively for two or three threads
+//! the loom model (`src/outbound/loom_model.rs`) checks exhaustively for two or three threads
 //! and a few preemptions, here with four writer threads and tens of
 //! thousands of hand-overs.
 //!
@@ -66,7 +66,7 @@ fn four_writer_threads_every_value_once_in_order() {
         .map(|r| Link::new(r.subscribe().unwrap(), "t", Postcard))
         .collect();
     let (mut payload, mut topic) = ([0u8; 8], [0u8; 4]);
-    let mut b = Routes::<_, 4, 128>::builder(ready, &mut payload, &mut topic);
+    let mut b = Routes::<_, 4, 128>::builder(ready, &mut payload).written_topics(&mut topic);
     for l in &mut links {
         b.link(l);
     }

@@ -175,7 +175,7 @@ fn check_framed(garbage: &[u8], payload: &[u8]) {
     let mut dispatch = b.build().unwrap();
     static READY: Readiness<1> = Readiness::new();
     let (mut scratch, mut topic) = ([0u8; 8], [0u8; 8]);
-    let mut routes = LocalRoutes::<_, 1, 1>::builder(&READY, &mut scratch, &mut topic)
+    let mut routes = LocalRoutes::<_, 1, 1>::builder(&READY, &mut scratch).written_topics(&mut topic)
         .build()
         .unwrap();
 

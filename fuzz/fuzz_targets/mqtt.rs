@@ -164,7 +164,7 @@ fuzz_target!(|data: &[u8]| {
     let mut out_link =
         outbound::Link::new(state.subscribe().unwrap(), "out/state", Postcard).qos(qos);
     let (mut scratch, mut topic) = ([0u8; 16], [0u8; 16]);
-    let mut b = LocalRoutes::<_, 1, 1>::builder(&READY, &mut scratch, &mut topic);
+    let mut b = LocalRoutes::<_, 1, 1>::builder(&READY, &mut scratch).written_topics(&mut topic);
     b.link(&mut out_link);
     let mut routes = b.build().unwrap();
 
@@ -174,7 +174,7 @@ fuzz_target!(|data: &[u8]| {
     } else {
         Reconnect::Never
     };
-    config.keep_alive_secs = if flags & 0x80 != 0 { 5 } else { 0 };
+    config.keep_alive = (flags & 0x80 != 0).then_some(core::time::Duration::from_secs(5));
     let counters = Counters::new();
     let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
     let calls = Cell::new(0);
@@ -191,7 +191,7 @@ fuzz_target!(|data: &[u8]| {
         ],
         calls: &calls,
     };
-    let mut mqtt = Mqtt::new(config, &mut rx, &mut tx, connect, NoDelay, &counters).unwrap();
+    let mut mqtt = Mqtt::new(config, aimdb_connectors::mqtt::Parts { connect, delay: NoDelay, rx: &mut rx, tx: &mut tx, counters: &counters }).unwrap();
 
     let stopped = aimdb_fuzz::poll_bounded(mqtt.run(&mut sink, &mut routes), 1_000)
         .expect("run ends once the broker's bytes run out");

@@ -580,7 +580,8 @@ fn lock_cell<M: RawMutex + Send + Sync + 'static>(
             .into_boxed_slice(),
     );
     let ready: &'static Readiness<1> = leak(Readiness::new());
-    let mut b = Routes::<_, 1, 2>::builder(ready, leak([0x5au8; 16]), leak([0x5au8; 16]));
+    let mut b =
+        Routes::<_, 1, 2>::builder(ready, leak([0x5au8; 16])).written_topics(leak([0x5au8; 16]));
     for (Padded(r), &t) in recs.iter().zip(fixtures::out_topics(threads)) {
         b.link(leak(outbound::Link::new(
             r.subscribe().expect("reader"),

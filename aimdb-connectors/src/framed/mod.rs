@@ -15,7 +15,7 @@
 //! - **out**: messages pulled from a [`MessageSource`] (an `OutboundRoutes`)
 //!   are encoded into the transmit buffer and written. Messages that are
 //!   already ready are batched into one write, up to the buffer's size;
-//!   urgent messages ([`Message::urgent`](aimdb_core::outbound::Message::urgent))
+//!   urgent messages ([`Message::urgent`](aimdb_core::connector::Message::urgent))
 //!   go ahead of the normal ones in the batch.
 //!
 //! Wire format: see [`frame`] (COBS around postcard `(topic, payload)`,
@@ -52,7 +52,7 @@
 //! order**, across any number of broken connections, provided the route's
 //! buffer holds what was written meanwhile (`Ring<N>`: at most `N` values
 //! between two pulls; beyond that the oldest are lost and counted exactly,
-//! see [`aimdb_core::outbound::Message::lagged`]). Bytes a transport
+//! see [`aimdb_core::connector::Message::lagged`]). Bytes a transport
 //! accepted and then lost (a TCP reset with data in the kernel's buffers)
 //! are not re-sent: this protocol has no acknowledgements. The retained
 //! frames are always re-sent on the *same* `Framed` with the *same*
@@ -75,7 +75,7 @@ use embedded_io_async::{ErrorKind, Read, Write};
 use portable_atomic::{AtomicU32, Ordering};
 
 use crate::connect::Connect;
-use crate::reconnect::{Backoff, Reconnect, Stopped};
+use crate::reconnect::{wait, Backoff, Reconnect, Stopped};
 use frame::{Decoder, Event, FrameError};
 pub use frame::{MAX_ENCODED, MAX_FRAME};
 
@@ -236,6 +236,35 @@ pub struct Framed<'s, const RX: usize = MAX_FRAME, const TX: usize = MAX_ENCODED
     out: Outbox,
     rx_chunk: [u8; READ_CHUNK],
     counters: &'s Counters,
+    config: Config,
+}
+
+/// How [`Framed::run_reconnecting`] reconnects. Start from
+/// [`Config::new`] and set fields (`#[non_exhaustive]`: fields may be
+/// added); give it to [`Framed::with_config`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// Whether to reconnect after a failed attempt or a drop.
+    pub reconnect: Reconnect,
+    /// Waits between connection attempts.
+    pub backoff: Backoff,
+}
+
+impl Config {
+    /// Reconnect for ever, with [`Backoff::DEFAULT`].
+    pub const fn new() -> Self {
+        Self {
+            reconnect: Reconnect::Always,
+            backoff: Backoff::DEFAULT,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// Where the transmit buffer stands; kept across runs so that a broken
@@ -277,7 +306,15 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
             },
             rx_chunk: [0; READ_CHUNK],
             counters,
+            config: Config::new(),
         }
+    }
+
+    /// The same connector, reconnecting as `config` says.
+    #[must_use]
+    pub const fn with_config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
     }
 
     /// The counters.
@@ -350,8 +387,8 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
     ///
     /// // Side A publishes PING on `t`; side B writes `t` into GOT.
     /// let mut out = outbound::Link::new(PING.subscribe().unwrap(), "t", Postcard);
-    /// let (mut p, mut s) = ([0u8; 8], [0u8; 0]);
-    /// let mut b = Routes::<_, 1, 1>::builder(&READY_A, &mut p, &mut s);
+    /// let mut p = [0u8; 8];
+    /// let mut b = Routes::<_, 1, 1>::builder(&READY_A, &mut p);
     /// b.link(&mut out);
     /// let mut a_out = b.build().unwrap();
     /// let mut a_in = Dispatch::<1, 1>::builder().build().unwrap();
@@ -359,8 +396,8 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
     /// let mut b = Dispatch::<1, 1>::builder();
     /// b.link("t", &got);
     /// let mut b_in = b.build().unwrap();
-    /// let (mut p, mut s) = ([0u8; 8], [0u8; 0]);
-    /// let mut b_out = Routes::<_, 1, 1>::builder(&READY_B, &mut p, &mut s)
+    /// let mut p = [0u8; 8];
+    /// let mut b_out = Routes::<_, 1, 1>::builder(&READY_B, &mut p)
     ///     .build()
     ///     .unwrap();
     ///
@@ -413,6 +450,7 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
             out,
             rx_chunk,
             counters,
+            config: _,
         } = self;
         let counters: &Counters = counters;
         let read = pin!(read_loop(rx, decoder, rx_chunk, inbound, counters));
@@ -423,8 +461,9 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
     }
 
     /// Connects with `connect`, runs ([`Self::run`]), and after a drop
-    /// connects and runs again, until the `reconnect` policy allows no
-    /// further attempt; the waits come from `backoff`, timed by `delay`.
+    /// connects and runs again, until the [`Config::reconnect`] policy
+    /// allows no further attempt; the waits come from [`Config::backoff`],
+    /// timed by `delay`.
     ///
     /// This is the loop every framed user would otherwise write: on each
     /// new connection it calls [`Self::reset`], and on each one after the
@@ -432,8 +471,8 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
     /// the module docs for what is re-sent). Failed attempts and
     /// reconnects are counted in [`Counters`] (`connect_failures`,
     /// `reconnects`), and the same rules as [`Mqtt::run`](crate::mqtt)
-    /// apply: a failed attempt waits `backoff.delay_ms(failures + 1)`, a
-    /// drop waits `backoff.delay_ms(1)` before the next attempt.
+    /// apply: a failed attempt waits `backoff.delay(failures + 1)`, a drop
+    /// waits `backoff.delay(1)` before the next attempt.
     ///
     /// # Cancel safety
     ///
@@ -442,8 +481,6 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
         &mut self,
         mut connect: C,
         mut delay: T,
-        reconnect: Reconnect,
-        backoff: Backoff,
         inbound: &mut D,
         outbound: &mut S,
     ) -> Stopped
@@ -453,6 +490,7 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
         D: FrameSink + ?Sized,
         S: MessageSource + ?Sized,
     {
+        let Config { reconnect, backoff } = self.config;
         // Failed attempts since the last successful connection.
         let mut failures = 0u32;
         let mut connected_once = false;
@@ -468,9 +506,7 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
                     if !reconnect.allows(failures) {
                         return Stopped::ConnectFailed(failures);
                     }
-                    delay
-                        .delay_ms(backoff.delay_ms(failures.saturating_add(1)))
-                        .await;
+                    wait(&mut delay, backoff.delay(failures.saturating_add(1))).await;
                     continue;
                 }
             };
@@ -487,7 +523,7 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
             if !reconnect.allows(0) {
                 return Stopped::Disconnected;
             }
-            delay.delay_ms(backoff.delay_ms(1)).await;
+            wait(&mut delay, backoff.delay(1)).await;
         }
     }
 }

@@ -15,7 +15,7 @@ pub enum Cause {
     /// says how).
     Connect(ConnectFailure),
     /// The transport opened but CONNACK (or a SUBACK) did not come within
-    /// [`Config::connect_timeout_ms`](super::Config::connect_timeout_ms).
+    /// [`Config::connect_timeout`](super::Config::connect_timeout).
     ConnectTimeout,
     /// The broker refused the connection: the CONNACK reason code (0x86 bad
     /// user name or password, 0x87 not authorized, …).
@@ -30,7 +30,7 @@ pub enum Cause {
     /// The broker sent an invalid packet.
     Protocol,
     /// The broker stayed silent past
-    /// [`Config::ack_timeout_ms`](super::Config::ack_timeout_ms) while
+    /// [`Config::ack_timeout`](super::Config::ack_timeout) while
     /// publishes awaited acknowledgement.
     AckTimeout,
 }

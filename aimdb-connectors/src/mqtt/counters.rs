@@ -51,7 +51,7 @@ pub struct Stats {
     pub connect_failures: u32,
     /// Connections dropped because the broker stayed silent past the
     /// acknowledgement timeout with publishes unacknowledged
-    /// ([`Config::ack_timeout_ms`](super::Config::ack_timeout_ms)).
+    /// ([`Config::ack_timeout`](super::Config::ack_timeout)).
     pub ack_timeouts: u32,
     /// Received publishes with an empty payload: MQTT's way to clear a
     /// retained message. Not dispatched, not rejected.

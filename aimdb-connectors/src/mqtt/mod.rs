@@ -14,7 +14,7 @@
 //!   yields (wildcards included), waiting for each SUBACK;
 //! - keep-alive PINGREQs go out while idle; a missed PINGRESP, EOF, an I/O
 //!   error, a broker DISCONNECT, or a broker silent past
-//!   [`Config::ack_timeout_ms`] while publishes await acknowledgement drops
+//!   [`Config::ack_timeout`] while publishes await acknowledgement drops
 //!   the connection;
 //! - publishes in the order [`MessageSource`] hands messages out, so
 //!   urgent routes (`outbound::Builder::link_urgent`) go out before the
@@ -31,7 +31,7 @@
 //! # Record kinds, retain and sessions
 //!
 //! A route's messages are published retained when it says so
-//! ([`Message::retain`](aimdb_core::outbound::Message::retain): `Latest`
+//! ([`Message::retain`](aimdb_core::connector::Message::retain): `Latest`
 //! records by default), so a late subscriber gets the current state.
 //! Received retained messages go through
 //! [`FrameSink::dispatch_retained`]: links into `Mailbox` records skip them
@@ -39,7 +39,7 @@
 //! start), and their filters are subscribed with retain handling 2. An
 //! empty payload (clearing a retained message) is counted in
 //! [`Stats::cleared`], not dispatched. With
-//! [`Config::session_expiry_secs`] the broker keeps the session across a
+//! [`Config::session_expiry`] the broker keeps the session across a
 //! drop and the connector resends what was unacknowledged; see the
 //! repository README's "MQTT semantics by record kind" for the table and
 //! the measured restarts.
@@ -82,7 +82,7 @@
 //! - **Cancel-safe receive.** `Connection::poll` may be dropped at any
 //!   await (documented, and ordering across cancelled writes is preserved
 //!   since 0.13.5), which is what selecting it against
-//!   [`connector::ready`](aimdb_core::connector::ready) needs. rust-mqtt's
+//!   [`connector::next`](aimdb_core::connector::next) needs. rust-mqtt's
 //!   `poll` is not cancel-safe (only `poll_header` is).
 //! - **Keep-alive and ping-timeout detection built in**, with QoS 1/2
 //!   retransmission held in the TX slice; rust-mqtt leaves keep-alive
@@ -105,7 +105,7 @@
 //! ```no_run
 //! # #[cfg(feature = "tokio")]
 //! # async fn demo() {
-//! use aimdb_connectors::mqtt::{Config, Counters, Mqtt};
+//! use aimdb_connectors::mqtt::{Config, Counters, Mqtt, Parts};
 //! use aimdb_connectors::tokio_io::TcpConnect;
 //! use aimdb_connectors::tokio_io::TokioDelay;
 //! use aimdb_core::codec::Postcard;
@@ -127,14 +127,19 @@
 //!
 //!     let mut temp = outbound::Link::new(TEMP.subscribe().unwrap(), "sensors/temp", Postcard);
 //!     let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
-//!     let mut b = Routes::<_, 1, 4>::builder(&READY, &mut payload, &mut topic);
+//!     let mut b = Routes::<_, 1, 4>::builder(&READY, &mut payload).written_topics(&mut topic);
 //!     b.link(&mut temp);
 //!     let mut outbound = b.build().unwrap();
 //!
 //!     let (mut rx, mut tx) = ([0u8; 1024], [0u8; 1024]);
-//!     let config = Config::new("device-7");
-//!     let connect = TcpConnect::new("127.0.0.1:1883");
-//!     let mut mqtt = Mqtt::new(config, &mut rx, &mut tx, connect, TokioDelay, &COUNTERS).unwrap();
+//!     let parts = Parts {
+//!         connect: TcpConnect::new("127.0.0.1:1883"),
+//!         delay: TokioDelay,
+//!         rx: &mut rx,
+//!         tx: &mut tx,
+//!         counters: &COUNTERS,
+//!     };
+//!     let mut mqtt = Mqtt::new(Config::new("device-7"), parts).unwrap();
 //!     mqtt.run(&mut inbound, &mut outbound).await
 //! });
 //! // Any thread: a plain one here.
@@ -152,6 +157,7 @@ mod run;
 mod tls;
 
 use core::fmt;
+use core::time::Duration;
 
 pub use crate::connect::{Connect, ConnectFailure};
 pub use cause::Cause;
@@ -181,11 +187,12 @@ fn minimq_qos(q: QoS) -> minimq::QoS {
     }
 }
 
-/// Connector configuration. Broker address and transport are the
-/// [`Connect`] implementation's.
+/// Connector settings, by name. Broker address and transport are the
+/// [`Connect`] implementation's; buffers and counters are [`Parts`].
 ///
 /// Start from [`Config::new`] and set fields (`#[non_exhaustive]`: fields
-/// may be added).
+/// may be added). Durations are `core::time::Duration` (the same type as
+/// `std::time::Duration`); `None` turns a timer off.
 #[derive(Clone, Copy)]
 #[non_exhaustive]
 pub struct Config<'a> {
@@ -193,52 +200,56 @@ pub struct Config<'a> {
     pub client_id: &'a str,
     /// User name and password, if the broker wants them.
     pub credentials: Option<(&'a str, &'a [u8])>,
-    /// Keep-alive interval in seconds (0 disables keep-alive pings).
-    pub keep_alive_secs: u16,
+    /// Keep-alive interval (whole seconds, rounded up, at most 65,535 s);
+    /// `None`: no keep-alive pings. A broker takes a client silent for 1.5
+    /// times this long for gone.
+    pub keep_alive: Option<Duration>,
     /// Bound on opening the transport plus the MQTT handshake plus the
-    /// subscriptions, in milliseconds.
-    pub connect_timeout_ms: u32,
+    /// subscriptions.
+    pub connect_timeout: Duration,
     /// While QoS 1/2 publishes await acknowledgement, the longest the
     /// broker may stay silent (no ack, publish or PINGRESP) before the
-    /// connection is taken for dead and reconnected, in milliseconds; 0
-    /// disables it. Keep-alive does not cover this case: while the
-    /// connector publishes, no PINGREQ is due. It matters most on streams
-    /// that cannot report a close (a UART bridged to TCP, a half-open
-    /// socket). Counted in [`Stats::ack_timeouts`].
-    pub ack_timeout_ms: u32,
+    /// connection is taken for dead and reconnected; `None`: no limit.
+    /// Keep-alive does not cover this case: while the connector
+    /// publishes, no PINGREQ is due. It matters most on streams that
+    /// cannot report a close (a UART bridged to TCP, a half-open socket).
+    /// Counted in [`Stats::ack_timeouts`].
+    pub ack_timeout: Option<Duration>,
     /// Waits between connection attempts.
     pub backoff: Backoff,
     /// Whether to reconnect after a failure or a drop.
     pub reconnect: Reconnect,
-    /// Maximum QoS requested for every subscription.
+    /// Maximum QoS requested for every subscription. (Each outbound
+    /// route's QoS is on its link: `outbound::Link::qos`.)
     pub subscribe_qos: QoS,
-    /// MQTT 5 session expiry in seconds after a drop; 0 (the default) is
-    /// a clean session that ends with the connection.
+    /// How long the broker keeps the session after a drop (MQTT 5 session
+    /// expiry, whole seconds, rounded up); `None` (the default): a clean
+    /// session that ends with the connection.
     ///
-    /// Non-zero, with a broker that keeps sessions (across its own restart
-    /// too, if it persists them), a reconnect resumes the session: the
-    /// broker kept the subscriptions and what it queued for them at QoS
-    /// 1/2, and the QoS 1/2 publishes still unacknowledged at the drop are
-    /// sent again (with the DUP flag) instead of being lost. The first
-    /// connection after boot starts clean all the same.
-    pub session_expiry_secs: u32,
+    /// With a broker that keeps sessions (across its own restart too, if
+    /// it persists them), a reconnect resumes the session: the broker kept
+    /// the subscriptions and what it queued for them at QoS 1/2, and the
+    /// QoS 1/2 publishes still unacknowledged at the drop are sent again
+    /// (with the DUP flag) instead of being lost. The first connection
+    /// after boot starts clean all the same.
+    pub session_expiry: Option<Duration>,
 }
 
 impl<'a> Config<'a> {
     /// Defaults: no credentials, keep-alive 30 s, connect timeout 5 s,
-    /// acknowledgement timeout 10 s, backoff 100 ms … 5 s, reconnect for ever,
-    /// subscribe at up to QoS 1, clean sessions.
+    /// acknowledgement timeout 10 s, backoff 100 ms … 5 s, reconnect for
+    /// ever, subscribe at up to QoS 1, clean sessions.
     pub const fn new(client_id: &'a str) -> Self {
         Self {
             client_id,
             credentials: None,
-            keep_alive_secs: 30,
-            connect_timeout_ms: 5_000,
-            ack_timeout_ms: 10_000,
+            keep_alive: Some(Duration::from_secs(30)),
+            connect_timeout: Duration::from_secs(5),
+            ack_timeout: Some(Duration::from_secs(10)),
             backoff: Backoff::DEFAULT,
             reconnect: Reconnect::Always,
             subscribe_qos: QoS::AtLeastOnce,
-            session_expiry_secs: 0,
+            session_expiry: None,
         }
     }
 }
@@ -249,15 +260,39 @@ impl fmt::Debug for Config<'_> {
         f.debug_struct("Config")
             .field("client_id", &self.client_id)
             .field("user", &self.credentials.map(|(user, _)| user))
-            .field("keep_alive_secs", &self.keep_alive_secs)
-            .field("connect_timeout_ms", &self.connect_timeout_ms)
-            .field("ack_timeout_ms", &self.ack_timeout_ms)
+            .field("keep_alive", &self.keep_alive)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("ack_timeout", &self.ack_timeout)
             .field("backoff", &self.backoff)
             .field("reconnect", &self.reconnect)
             .field("subscribe_qos", &self.subscribe_qos)
-            .field("session_expiry_secs", &self.session_expiry_secs)
+            .field("session_expiry", &self.session_expiry)
             .finish()
     }
+}
+
+/// Whole seconds of `d`, rounded up.
+fn whole_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() != 0)
+}
+
+/// What an MQTT connector is made of besides its [`Config`], by name:
+/// [`Mqtt::new`]`(config, Parts { .. })`.
+#[derive(Debug)]
+pub struct Parts<'a, C, D> {
+    /// Opens each connection to the broker.
+    pub connect: C,
+    /// The timer for backoff and the connect timeout.
+    pub delay: D,
+    /// Holds one inbound MQTT packet: size it for the largest topic +
+    /// payload the broker may send, plus ~16 bytes.
+    pub rx: &'a mut [u8],
+    /// Holds outbound encodes and QoS 1/2 packets awaiting
+    /// acknowledgement: size it for the largest outbound packet plus the
+    /// CONNECT packet, plus what may be in flight.
+    pub tx: &'a mut [u8],
+    /// The counters this connector updates, readable from anywhere.
+    pub counters: &'a Counters,
 }
 
 /// A configuration the MQTT session cannot take.
@@ -292,20 +327,14 @@ pub struct Mqtt<'a, C: Connect, D: DelayNs> {
 
 impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
     /// A connector, not yet connected.
-    ///
-    /// `rx` holds one inbound MQTT packet (size it for the largest topic +
-    /// payload the broker may send, plus ~16 bytes); `tx` holds outbound
-    /// encodes and QoS 1/2 packets awaiting acknowledgement (size it for
-    /// the largest outbound packet plus the CONNECT packet, plus what may be
-    /// in flight).
-    pub fn new(
-        config: Config<'a>,
-        rx: &'a mut [u8],
-        tx: &'a mut [u8],
-        connect: C,
-        delay: D,
-        counters: &'a Counters,
-    ) -> Result<Self, ConfigError> {
+    pub fn new(config: Config<'a>, parts: Parts<'a, C, D>) -> Result<Self, ConfigError> {
+        let Parts {
+            connect,
+            delay,
+            rx,
+            tx,
+            counters,
+        } = parts;
         let map = |e: minimq::ConfigError| match e {
             minimq::ConfigError::ClientIdTooLong => ConfigError::ClientIdTooLong,
             _ => ConfigError::Invalid,
@@ -313,8 +342,12 @@ impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
         let mut b = minimq::ConfigBuilder::new(minimq::Buffers::new(rx, tx))
             .client_id(config.client_id)
             .map_err(map)?
-            .keepalive_interval(config.keep_alive_secs)
-            .session_expiry_interval(config.session_expiry_secs)
+            .keepalive_interval(config.keep_alive.map_or(0, |d| {
+                u16::try_from(whole_secs(d).max(1)).unwrap_or(u16::MAX)
+            }))
+            .session_expiry_interval(config.session_expiry.map_or(0, |d| {
+                u32::try_from(whole_secs(d).max(1)).unwrap_or(u32::MAX)
+            }))
             // A route's QoS above the broker's maximum is sent at the
             // maximum rather than refused.
             .autodowngrade_qos();

@@ -17,7 +17,7 @@ use portable_atomic::{AtomicU32, Ordering};
 
 use super::{minimq_qos, Cause, Config, Connect, Counters, Mqtt, QoS};
 use crate::connect::Duplex;
-use crate::reconnect::{Reconnect, Stopped};
+use crate::reconnect::{wait, Reconnect, Stopped};
 
 /// The connection is gone (or never came up), and why; reconnect.
 struct Dropped(Cause);
@@ -81,8 +81,9 @@ struct Liveness<'h> {
 impl<'h> Liveness<'h> {
     fn new(config: &Config<'_>, reads: &'h AtomicU32) -> Self {
         Self {
-            timeout: (config.ack_timeout_ms > 0)
-                .then(|| Duration::from_millis(u64::from(config.ack_timeout_ms))),
+            timeout: config
+                .ack_timeout
+                .map(|d| Duration::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))),
             reads,
             seen_reads: reads.load(Ordering::Relaxed),
             owed_since: None,
@@ -148,7 +149,7 @@ where
     // is closed at once with a normal DISCONNECT (the broker keeps it) and
     // reopened with Clean Start = 0, once per run. Not with
     // `Reconnect::Never`: there is no second connection to resume it on.
-    let mut reopen = config.session_expiry_secs > 0 && config.reconnect != Reconnect::Never;
+    let mut reopen = config.session_expiry.is_some() && config.reconnect != Reconnect::Never;
 
     loop {
         let attempt = async {
@@ -180,7 +181,7 @@ where
         };
         // minimq's handshake waits for CONNACK unbounded: bound the whole
         // attempt, so a broker that accepts TCP and says nothing is retried.
-        let outcome = match select(attempt, delay.delay_ms(config.connect_timeout_ms)).await {
+        let outcome = match select(attempt, wait(delay, config.connect_timeout)).await {
             Either::First(r) => r,
             Either::Second(()) => Err(Dropped(Cause::ConnectTimeout)),
         };
@@ -198,9 +199,7 @@ where
                 if !config.reconnect.allows(failures) {
                     return Stopped::ConnectFailed(failures);
                 }
-                delay
-                    .delay_ms(config.backoff.delay_ms(failures.saturating_add(1)))
-                    .await;
+                wait(delay, config.backoff.delay(failures.saturating_add(1))).await;
                 continue;
             }
         };
@@ -247,7 +246,7 @@ where
         if !config.reconnect.allows(0) {
             return Stopped::Disconnected;
         }
-        delay.delay_ms(config.backoff.delay_ms(1)).await;
+        wait(delay, config.backoff.delay(1)).await;
     }
 }
 

@@ -88,7 +88,7 @@ pub fn routes_over<'a, H: ReadinessHandle<W>, const W: usize, const N: usize>(
     topic: &'a mut [u8],
     links: &'a mut [impl Route + Send],
 ) -> Routes<'a, H, W, N> {
-    let mut b = Routes::<_, W, N>::builder(ready, payload, topic);
+    let mut b = Routes::<_, W, N>::builder(ready, payload).written_topics(topic);
     for l in links {
         b.link(l);
     }

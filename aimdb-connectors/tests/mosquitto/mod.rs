@@ -481,7 +481,17 @@ pub fn connector<'a, C: Connect>(
     connect: C,
     counters: &'a Counters,
 ) -> Mqtt<'a, C, TokioDelay> {
-    Mqtt::new(config, rx, tx, connect, TokioDelay, counters).unwrap()
+    Mqtt::new(
+        config,
+        aimdb_connectors::mqtt::Parts {
+            connect,
+            delay: TokioDelay,
+            rx,
+            tx,
+            counters,
+        },
+    )
+    .unwrap()
 }
 
 /// Plain TCP behind a switch the test flips: while `open()` is false, every

@@ -4,8 +4,8 @@
 use core::fmt;
 
 use super::{
-    edge_hash, reduce, same_target, ConfigError, ConfigErrors, ConfigIssue, Counters, Dispatch,
-    Entry, InboundStats, List, Node, Route, BUCKETS, NIL, NO_KEY,
+    edge_hash, reduce, same_target, ConfigError, ConfigErrors, Counters, Dispatch, Entry,
+    InboundStats, List, Node, Route, BUCKETS, NIL, NO_KEY,
 };
 use crate::topic::{fnv1a, topic_hash, Filter};
 
@@ -78,10 +78,7 @@ impl<'a, const N: usize, const NODES: usize, D: Route + ?Sized + 'a> Dispatch<'a
                 shared: None,
             },
             calls: 0,
-            errors: ConfigErrors {
-                issues: heapless::Vec::new(),
-                total: 0,
-            },
+            errors: ConfigErrors::new(),
         }
     }
 }
@@ -123,12 +120,7 @@ impl<'a, const N: usize, const NODES: usize, D: Route + ?Sized + 'a> Builder<'a,
         let index = self.calls;
         self.calls += 1;
         if let Err(error) = self.try_add(filter, target, key) {
-            self.errors.total += 1;
-            let _ = self.errors.issues.push(ConfigIssue {
-                index,
-                filter,
-                error,
-            });
+            self.errors.push(index, filter, error);
         }
         self
     }

@@ -1,5 +1,5 @@
-//! Mistakes in an inbound table's declaration ([`ConfigErrors`], all at
-//! once). A rejected frame is the contract's
+//! Mistakes in an inbound table's declaration, reported all at once as
+//! [`ConfigErrors`](crate::ConfigErrors)`<ConfigError>`. A rejected frame is the contract's
 //! [`DispatchError`](crate::connector::DispatchError).
 
 use core::fmt;
@@ -24,32 +24,6 @@ pub enum ConfigError {
     TooManyNodes,
 }
 
-/// One configuration mistake: which link (in declaration order) and why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConfigIssue<'a> {
-    /// Index of the `link` call, counting from 0.
-    pub index: usize,
-    /// The filter given.
-    pub filter: &'a str,
-    /// What is wrong.
-    pub error: ConfigError,
-}
-
-/// Every configuration mistake of a build (the first [`Self::KEPT`] in
-/// full, and the total count).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigErrors<'a> {
-    /// The first issues, in declaration order.
-    pub issues: heapless::Vec<ConfigIssue<'a>, 16>,
-    /// How many issues there were in all.
-    pub total: usize,
-}
-
-impl ConfigErrors<'_> {
-    /// Issues kept in full.
-    pub const KEPT: usize = 16;
-}
-
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -66,13 +40,6 @@ impl fmt::Display for ConfigError {
 }
 impl core::error::Error for ConfigError {}
 
-impl fmt::Display for ConfigErrors<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} inbound configuration error(s)", self.total)?;
-        for i in &self.issues {
-            write!(f, "; link {} `{}`: {}", i.index, i.filter, i.error)?;
-        }
-        Ok(())
-    }
-}
-impl core::error::Error for ConfigErrors<'_> {}
+/// Every mistake of an inbound table's declaration; each issue's name is
+/// the filter.
+pub type ConfigErrors<'a> = crate::ConfigErrors<'a, ConfigError>;

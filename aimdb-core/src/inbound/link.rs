@@ -13,8 +13,7 @@ use crate::record::{KeyError, KeyedSink, Sink};
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024;
 
 /// The receiving end of an inbound route, type-erased so one table holds
-/// links to records of different types (the inbound counterpart of
-/// [`outbound::Route`](crate::outbound::Route)). Implemented by [`Link`]
+/// links to records of different types. Implemented by [`Link`]
 /// and [`KeyedLink`]; implement it for any other receiver (a channel, a
 /// callback): `deliver` decodes and writes, and on a bad payload returns
 /// the [`DispatchError`] without writing anything.

@@ -53,7 +53,7 @@ mod tests;
 use core::fmt;
 
 pub use build::{nodes_for, Builder};
-pub use error::{ConfigError, ConfigErrors, ConfigIssue};
+pub use error::{ConfigError, ConfigErrors};
 pub use link::{KeyedLink, Link, Route, DEFAULT_MAX_PAYLOAD};
 pub use stats::Counters;
 

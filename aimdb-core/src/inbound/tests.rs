@@ -540,10 +540,7 @@ fn configuration_errors_display_their_reasons() {
     let e = bld.build().unwrap_err();
     let text = std::format!("{e}");
     // The bad filter takes no slot: the third link is the one too many.
-    assert!(
-        text.starts_with("2 inbound configuration error(s)"),
-        "{text}"
-    );
+    assert!(text.starts_with("2 configuration error(s)"), "{text}");
     assert!(
         text.contains("link 0 `bad/#/filter`: invalid filter"),
         "{text}"

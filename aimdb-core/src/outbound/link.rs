@@ -51,7 +51,7 @@ impl<T> TopicSpec<T> for &str {
 /// let mut link = Link::new(READINGS.subscribe().unwrap(), topic, Postcard);
 /// // The topic scratch holds the longest topic written.
 /// let (mut payload, mut scratch) = ([0u8; 16], [0u8; 32]);
-/// let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut scratch);
+/// let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload).written_topics(&mut scratch);
 /// b.link(&mut link);
 /// let mut routes = b.build().unwrap();
 ///

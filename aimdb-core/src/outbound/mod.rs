@@ -19,7 +19,7 @@
 //! park) and a `PARKED` flag set in the bitmap's summary word by the same
 //! compare-and-swap that finds no route ready, so a write that races with
 //! the park is never lost (checked by the loom model in
-//! `sync/loom_model.rs`).
+//! `loom_model.rs` beside this file).
 //!
 //! Encode and topic failures skip that one value, are counted per route and
 //! in [`OutboundStats`], and never stall other routes.
@@ -60,7 +60,7 @@
 //!
 //! let mut link = Link::new(TEMP.subscribe().unwrap(), "sensors/temp", Postcard);
 //! let (mut payload, mut topic) = ([0u8; 32], [0u8; 64]);
-//! let mut b = Routes::<_, 1, 4>::builder(&READY, &mut payload, &mut topic);
+//! let mut b = Routes::<_, 1, 4>::builder(&READY, &mut payload).written_topics(&mut topic);
 //! b.link(&mut link);
 //! let mut routes = b.build().unwrap();
 //!
@@ -71,8 +71,11 @@
 #![forbid(unsafe_code)]
 
 mod link;
+// The loom model of the wake-up path (a write racing a parked `next()`).
+#[cfg(all(test, aimdb_loom))]
+mod loom_model;
 // Outside a loom model the loom atomics of `Readiness` panic: the model
-// of this module is `sync/loom_model.rs`.
+// of this module is `outbound/loom_model.rs`.
 #[cfg(all(test, not(aimdb_loom)))]
 mod tests;
 
@@ -107,25 +110,14 @@ pub enum ConfigError {
     UrgentAfterNormal,
     /// More than [`MAX_URGENT`] urgent routes.
     TooManyUrgent,
+    /// A route writes its topic per value ([`Written`]) and the table has
+    /// no scratch to write it into ([`Builder::written_topics`]).
+    NoTopicScratch,
 }
 
-/// One configuration mistake: which link (declaration order) and why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConfigIssue {
-    /// Index of the `link` call.
-    pub index: usize,
-    /// What is wrong.
-    pub error: ConfigError,
-}
-
-/// Every configuration mistake of a build.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigErrors {
-    /// The first 16 issues.
-    pub issues: heapless::Vec<ConfigIssue, 16>,
-    /// How many there were in all.
-    pub total: usize,
-}
+/// Every configuration mistake of a build; each issue's name is the
+/// route's record name.
+pub type ConfigErrors = crate::ConfigErrors<'static, ConfigError>;
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -141,21 +133,13 @@ impl fmt::Display for ConfigError {
                 f.write_str("urgent routes must be linked before any normal route")
             }
             Self::TooManyUrgent => write!(f, "more than {MAX_URGENT} urgent routes"),
+            Self::NoTopicScratch => {
+                f.write_str("a written topic needs a topic scratch (Builder::written_topics)")
+            }
         }
     }
 }
 impl core::error::Error for ConfigError {}
-
-impl fmt::Display for ConfigErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} outbound configuration error(s)", self.total)?;
-        for i in &self.issues {
-            write!(f, "; link {}: {}", i.index, i.error)?;
-        }
-        Ok(())
-    }
-}
-impl core::error::Error for ConfigErrors {}
 
 /// Most urgent routes a table may have (they share the bitmap's first
 /// word).
@@ -247,20 +231,18 @@ where
     H: ReadinessHandle<W>,
     D: Route + ?Sized + 'a,
 {
-    /// Starts declaring routes. `payload` is the encode scratch and `topic`
-    /// the topic scratch, both shared by every route of this connector.
-    pub fn builder(
-        ready: H,
-        payload: &'a mut [u8],
-        topic: &'a mut [u8],
-    ) -> Builder<'a, H, W, N, D> {
+    /// Starts declaring routes over `ready`. `payload` is the encode
+    /// scratch shared by every route of this connector: size it for the
+    /// largest encoded value. Routes with written topics also need
+    /// [`Builder::written_topics`].
+    pub fn builder(ready: H, payload: &'a mut [u8]) -> Builder<'a, H, W, N, D> {
         Builder {
             routes: Routes {
                 ready,
                 pending: Pending::new(),
                 routes: heapless::Vec::new(),
                 out: Out {
-                    topic,
+                    topic: &mut [],
                     payload,
                     #[cfg(feature = "alloc")]
                     owned: alloc::vec::Vec::new(),
@@ -272,10 +254,7 @@ where
                 claimed: false,
             },
             calls: 0,
-            errors: ConfigErrors {
-                issues: heapless::Vec::new(),
-                total: 0,
-            },
+            errors: ConfigErrors::new(),
         }
     }
 
@@ -473,12 +452,27 @@ where
         self.add(route, true)
     }
 
+    /// The scratch into which routes with written topics ([`Written`])
+    /// write each value's topic, shared by every route of this connector:
+    /// size it for the longest topic (at most
+    /// [`MAX_TOPIC_LEN`](crate::topic::MAX_TOPIC_LEN)). A table whose
+    /// topics are all fixed needs none.
+    #[must_use]
+    pub fn written_topics(mut self, scratch: &'a mut [u8]) -> Self {
+        self.routes.out.topic = scratch;
+        self
+    }
+
     fn add(&mut self, route: &'a mut D, urgent: bool) -> &mut Self {
         let index = self.calls;
         self.calls += 1;
+        let name = route.name();
         let routes = &self.routes;
-        let err = if let Some(Err(e)) = route.fixed_topic().map(Topic::new) {
+        let fixed = route.fixed_topic();
+        let err = if let Some(Err(e)) = fixed.map(Topic::new) {
             Some(ConfigError::InvalidTopic(e))
+        } else if fixed.is_none() && routes.out.topic.is_empty() {
+            Some(ConfigError::NoTopicScratch)
         } else if urgent && routes.urgent < routes.routes.len() {
             Some(ConfigError::UrgentAfterNormal)
         } else if urgent && routes.urgent >= MAX_URGENT {
@@ -493,8 +487,7 @@ where
                 .map(|_| ConfigError::TooManyRoutes)
         };
         if let Some(error) = err {
-            self.errors.total += 1;
-            let _ = self.errors.issues.push(ConfigIssue { index, error });
+            self.errors.push(index, name, error);
         } else if urgent {
             self.routes.urgent += 1;
         }
@@ -515,14 +508,8 @@ where
         // One consumer per bitmap: a second table pulling from the same
         // `Readiness` would steal its bits and could miss wake-ups.
         if !r.ready.readiness().claim() {
-            let mut errors = ConfigErrors {
-                issues: heapless::Vec::new(),
-                total: 1,
-            };
-            let _ = errors.issues.push(ConfigIssue {
-                index: self.calls,
-                error: ConfigError::ReadinessInUse,
-            });
+            let mut errors = ConfigErrors::new();
+            errors.push(self.calls, "", ConfigError::ReadinessInUse);
             return Err(errors);
         }
         r.claimed = true;

@@ -57,7 +57,7 @@ fn static_topic_message_then_park_then_wake() {
     let ready: &'static Readiness<1> = leak(Readiness::new());
     let mut link = Link::new(rec.subscribe().unwrap(), "sensors/temp", Postcard);
     let (mut p, mut t) = ([0u8; 16], [0u8; 16]);
-    let mut b = Routes::<_, 1, 4>::builder(ready, &mut p, &mut t);
+    let mut b = Routes::<_, 1, 4>::builder(ready, &mut p).written_topics(&mut t);
     b.link(&mut link);
     let mut routes = b.build().unwrap();
     let count = Arc::new(CountWake(AtomicUsize::new(0)));
@@ -96,7 +96,7 @@ fn written_topic_and_its_errors() {
     });
     let mut link = Link::new(rec.subscribe().unwrap(), topic, Postcard);
     let (mut p, mut t) = ([0u8; 16], [0u8; 16]);
-    let mut b = Routes::<_, 1, 4>::builder(ready, &mut p, &mut t);
+    let mut b = Routes::<_, 1, 4>::builder(ready, &mut p).written_topics(&mut t);
     b.link(&mut link);
     let mut routes = b.build().unwrap();
     let w = Waker::noop();
@@ -121,7 +121,8 @@ fn written_topic_and_its_errors() {
     });
     let mut link2 = Link::new(rec2.subscribe().unwrap(), long, Postcard);
     let (mut p2, mut t2) = ([0u8; 16], [0u8; 8]);
-    let mut b = Routes::<_, 1, 4>::builder(leak(Readiness::<1>::new()), &mut p2, &mut t2);
+    let mut b =
+        Routes::<_, 1, 4>::builder(leak(Readiness::<1>::new()), &mut p2).written_topics(&mut t2);
     b.link(&mut link2);
     let mut routes2 = b.build().unwrap();
     rec2.write(1);
@@ -152,7 +153,7 @@ fn big_and_small() -> (
         Postcard,
     )));
     let (p, t) = (Box::leak(Box::new([0u8; 4])), Box::leak(Box::new([0u8; 4])));
-    let mut b = Routes::<_, 1, 4>::builder(leak(Readiness::new()), p, t);
+    let mut b = Routes::<_, 1, 4>::builder(leak(Readiness::new()), p).written_topics(t);
     b.link(l0).link(l1);
     (big, small, b.build().unwrap())
 }
@@ -179,7 +180,8 @@ fn ring_lag_is_reported_with_exact_count() {
     let rec: &'static Record<Cs, Ring<u8, 4>, 1> = leak(Record::new("r"));
     let mut link = Link::new(rec.subscribe().unwrap(), "r", Postcard);
     let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
-    let mut b = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
+    let mut b =
+        Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut p).written_topics(&mut t);
     b.link(&mut link);
     let mut routes = b.build().unwrap();
     for v in 0..10 {
@@ -197,7 +199,8 @@ fn round_robin_over_eight_always_ready_routes() {
     let recs: &'static [Record<Cs, Ring<u32, 64>, 1>] = records(8);
     let mut links = links(recs);
     let (mut p, mut t) = ([0u8; 8], [0u8; 4]);
-    let mut b = Routes::<_, 1, 8>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
+    let mut b =
+        Routes::<_, 1, 8>::builder(leak(Readiness::<1>::new()), &mut p).written_topics(&mut t);
     for l in &mut links {
         b.link(l);
     }
@@ -233,7 +236,8 @@ fn hot_route_delays_cold_route_by_at_most_one_round() {
     let mut lh = Link::new(hot.subscribe().unwrap(), "hot", Postcard);
     let mut lc = Link::new(cold.subscribe().unwrap(), "cold", Postcard);
     let (mut p, mut t) = ([0u8; 8], [0u8; 4]);
-    let mut b = Routes::<_, 1, 2>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
+    let mut b =
+        Routes::<_, 1, 2>::builder(leak(Readiness::<1>::new()), &mut p).written_topics(&mut t);
     b.link(&mut lh).link(&mut lc);
     let mut routes = b.build().unwrap();
     for v in 0..1000 {
@@ -254,7 +258,8 @@ fn mailbox_route_takes_each_command_once() {
     let rec: &'static Record<Cs, Mailbox<u8>, 2> = leak(Record::new("cmd"));
     let mut link = Link::new(rec.subscribe().unwrap(), "cmd", Postcard);
     let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
-    let mut b = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
+    let mut b =
+        Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut p).written_topics(&mut t);
     b.link(&mut link);
     let mut routes = b.build().unwrap();
     rec.write(1);
@@ -271,7 +276,8 @@ fn pull_parks_and_is_woken_by_another_task() {
     let rec: &'static Record<Cs, Ring<u32, 4>, 1> = leak(Record::new("r"));
     let mut link = Link::new(rec.subscribe().unwrap(), "r", Postcard);
     let (mut p, mut t) = ([0u8; 8], [0u8; 4]);
-    let mut b = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
+    let mut b =
+        Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut p).written_topics(&mut t);
     b.link(&mut link);
     let mut routes = b.build().unwrap();
     let consumer = async {
@@ -308,7 +314,7 @@ fn pull_parks_and_is_woken_by_another_thread() {
     static READY: Readiness<4> = Readiness::new();
     let mut link = Link::new(REC.subscribe().unwrap(), "r", Postcard);
     let (mut p, mut t) = ([0u8; 8], [0u8; 4]);
-    let mut b = Routes::<_, 4, 1>::builder(&READY, &mut p, &mut t);
+    let mut b = Routes::<_, 4, 1>::builder(&READY, &mut p).written_topics(&mut t);
     b.link(&mut link);
     let mut routes = b.build().unwrap();
     let writer = std::thread::spawn(|| {
@@ -334,7 +340,8 @@ fn dropping_a_pending_next_loses_nothing() {
     let rec: &'static Record<Cs, Ring<u8, 4>, 1> = leak(Record::new("r"));
     let mut link = Link::new(rec.subscribe().unwrap(), "r", Postcard);
     let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
-    let mut b = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
+    let mut b =
+        Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut p).written_topics(&mut t);
     b.link(&mut link);
     let mut routes = b.build().unwrap();
     {
@@ -360,7 +367,8 @@ fn configuration_errors_are_all_reported() {
         .map(|t| Link::new(rec.subscribe().unwrap(), t, Postcard))
         .collect();
     let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
-    let mut b = Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
+    let mut b =
+        Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), &mut p).written_topics(&mut t);
     for x in &mut l {
         b.link(x);
     }
@@ -383,7 +391,7 @@ fn owned_encoder_and_arc_handle() {
     let ready = Arc::new(Readiness::<1>::new());
     let mut link = Link::owned(rec.subscribe().unwrap(), "o", Postcard);
     let (mut p, mut t) = ([0u8; 1], [0u8; 1]);
-    let mut b = Routes::<_, 1, 1>::builder(ready.clone(), &mut p, &mut t);
+    let mut b = Routes::<_, 1, 1>::builder(ready.clone(), &mut p).written_topics(&mut t);
     b.link(&mut link);
     let mut routes = b.build().unwrap();
     rec.write(1000);
@@ -418,8 +426,8 @@ fn replay_latest_republishes_state_only() {
     let stream: &'static Record<Cs, Ring<u8, 4>, 1> = leak(Record::new("t"));
     let mut ls = Link::new(state.subscribe().unwrap(), "s", Postcard);
     let mut lt = Link::new(stream.subscribe().unwrap(), "t", Postcard);
-    let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
-    let mut b = Routes::<_, 1, 2>::builder(leak(Readiness::<1>::new()), &mut p, &mut t);
+    let mut p = [0u8; 4];
+    let mut b = Routes::<_, 1, 2>::builder(leak(Readiness::<1>::new()), &mut p);
     b.link(&mut ls).link(&mut lt);
     let mut routes = b.build().unwrap();
     state.write(1);
@@ -457,8 +465,8 @@ fn a_kept_ready_gives_the_same_message_until_a_route_is_polled() {
     let ready: &'static Readiness<1> = leak(Readiness::new());
     let mut a = Link::new(state.subscribe().unwrap(), "s", Postcard);
     let mut b = Link::new(stream.subscribe().unwrap(), "t", Postcard);
-    let (mut p, mut t) = ([0u8; 8], [0u8; 0]);
-    let mut bld = Routes::<_, 1, 2>::builder(ready, &mut p, &mut t);
+    let mut p = [0u8; 8];
+    let mut bld = Routes::<_, 1, 2>::builder(ready, &mut p);
     bld.link(&mut a).link(&mut b);
     let mut routes = bld.build().unwrap();
     stream.write(7);
@@ -488,8 +496,8 @@ fn qos_follows_the_kind_unless_the_link_sets_it() {
     let mut e = Link::new(state.subscribe().unwrap(), "s2", Postcard)
         .retained(false)
         .qos(QoS::ExactlyOnce);
-    let (mut p, mut t) = ([0u8; 16], [0u8; 0]);
-    let mut bld = Routes::<_, 1, 8>::builder(ready, &mut p, &mut t);
+    let mut p = [0u8; 16];
+    let mut bld = Routes::<_, 1, 8>::builder(ready, &mut p);
     bld.link(&mut a)
         .link(&mut b)
         .link(&mut c)
@@ -533,8 +541,8 @@ fn latest_routes_are_retained_streams_and_commands_are_not() {
     let mut c = Link::new(cmd.subscribe().unwrap(), "c", Postcard);
     let mut d = Link::new(quiet.subscribe().unwrap(), "q", Postcard).retained(false);
     let mut e = Link::new(stream.subscribe().unwrap(), "r2", Postcard).retained(true);
-    let (mut p, mut t) = ([0u8; 16], [0u8; 0]);
-    let mut bld = Routes::<_, 1, 8>::builder(ready, &mut p, &mut t);
+    let mut p = [0u8; 16];
+    let mut bld = Routes::<_, 1, 8>::builder(ready, &mut p);
     bld.link(&mut a)
         .link(&mut b)
         .link(&mut c)
@@ -570,12 +578,12 @@ fn one_table_per_readiness_until_it_is_dropped() {
     let ready: &'static Readiness<1> = leak(Readiness::new());
     let mut a = Link::new(rec.subscribe().unwrap(), "a", Postcard);
     let mut b = Link::new(rec.subscribe().unwrap(), "b", Postcard);
-    let (mut p1, mut t1) = ([0u8; 8], [0u8; 0]);
-    let (mut p2, mut t2) = ([0u8; 8], [0u8; 0]);
-    let mut first = Routes::<_, 1, 1>::builder(ready, &mut p1, &mut t1);
+    let mut p1 = [0u8; 8];
+    let mut p2 = [0u8; 8];
+    let mut first = Routes::<_, 1, 1>::builder(ready, &mut p1);
     first.link(&mut a);
     let first = first.build().unwrap();
-    let mut second = Routes::<_, 1, 1>::builder(ready, &mut p2, &mut t2);
+    let mut second = Routes::<_, 1, 1>::builder(ready, &mut p2);
     second.link(&mut b);
     let e = second.build().unwrap_err();
     assert_eq!(e.issues[0].error, ConfigError::ReadinessInUse);
@@ -583,7 +591,7 @@ fn one_table_per_readiness_until_it_is_dropped() {
     drop(first);
     // Dropped: the bitmap is free again (a connector rebuilding its table
     // per connection, as the device app does).
-    let mut again = Routes::<_, 1, 1>::builder(ready, &mut p2, &mut t2);
+    let mut again = Routes::<_, 1, 1>::builder(ready, &mut p2);
     again.link(&mut b);
     assert!(again.build().is_ok());
 }
@@ -597,7 +605,7 @@ fn table_4096(urgent: &[usize]) -> (&'static [Record<Cs, Latest<u32>, 1>], Table
     let links: &'static mut [_] = Box::leak(links(recs).into_boxed_slice());
     let ready: &'static Readiness<128> = leak(Readiness::new());
     let (p, t) = (Box::leak(Box::new([0u8; 8])), Box::leak(Box::new([0u8; 4])));
-    let mut b = Routes::<_, 128, 4096>::builder(ready, p, t);
+    let mut b = Routes::<_, 128, 4096>::builder(ready, p).written_topics(t);
     for (i, l) in links.iter_mut().enumerate() {
         if urgent.contains(&i) {
             b.link_urgent(l);
@@ -650,7 +658,7 @@ fn normal_routes_progress_while_an_urgent_route_is_always_ready() {
     let mut links = links(recs);
     let ready: &'static Readiness<2> = leak(Readiness::new());
     let (mut p, mut t) = ([0u8; 8], [0u8; 4]);
-    let mut b = Routes::<_, 2, 64>::builder(ready, &mut p, &mut t);
+    let mut b = Routes::<_, 2, 64>::builder(ready, &mut p).written_topics(&mut t);
     b.link_urgent(&mut hot_link);
     for l in &mut links {
         b.link(l);
@@ -722,7 +730,7 @@ fn urgent_routes_come_first_and_are_bounded() {
     );
     let ready: &'static Readiness<2> = leak(Readiness::new());
     let (mut p, mut t) = ([0u8; 8], [0u8; 4]);
-    let mut b = Routes::<_, 2, 64>::builder(ready, &mut p, &mut t);
+    let mut b = Routes::<_, 2, 64>::builder(ready, &mut p).written_topics(&mut t);
     let (first, rest) = links.split_at_mut(33);
     for l in first.iter_mut() {
         b.link_urgent(l);
@@ -785,5 +793,26 @@ fn last_survives_an_idle_poll_not_a_route_poll() {
     assert!(
         routes.last().is_none(),
         "a polled route may have written the scratch"
+    );
+}
+
+#[test]
+fn a_written_topic_without_a_scratch_is_a_configuration_error() {
+    let rec: &'static Record<Cs, Latest<u16>, 2> = leak(Record::new("temp"));
+    let ready: &'static Readiness<1> = leak(Readiness::new());
+    let topic = Written(|v: &u16, w: &mut TopicWriter<'_>| {
+        use core::fmt::Write;
+        write!(w, "t/{v}")
+    });
+    let mut fixed = Link::new(rec.subscribe().unwrap(), "t", Postcard);
+    let mut written = Link::new(rec.subscribe().unwrap(), topic, Postcard);
+    let mut p = [0u8; 8];
+    let mut b = Routes::<_, 1, 2>::builder(ready, &mut p);
+    b.link(&mut fixed).link(&mut written);
+    let e = b.build().unwrap_err();
+    assert_eq!(e.total, 1);
+    assert_eq!(
+        (e.issues[0].index, e.issues[0].name, e.issues[0].error),
+        (1, "temp", ConfigError::NoTopicScratch)
     );
 }

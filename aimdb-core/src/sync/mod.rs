@@ -36,9 +36,6 @@ pub use host_mutex::HostRawMutex;
 pub(crate) use readiness::Pending;
 pub use readiness::{Readiness, ReadinessHandle};
 
-#[cfg(all(test, aimdb_loom))]
-mod loom_model;
-
 /// Declares a constructor that is `const fn` normally and a plain `fn` under
 /// `--cfg aimdb_loom`, whose atomics cannot be built in a constant.
 macro_rules! loom_const_fn {

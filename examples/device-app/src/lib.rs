@@ -14,6 +14,8 @@
 //! ```
 #![no_std]
 
+use core::time::Duration;
+
 use portable_atomic::{AtomicU32, Ordering};
 
 use aimdb_connectors::framed::{self, Framed};
@@ -71,11 +73,11 @@ pub async fn connector<R: Read, W: Write>(rx: R, tx: W) -> framed::Error {
     let mut readings = outbound::Link::new(readings, topics::READINGS, Postcard);
     let mut status = outbound::Link::new(status, topics::STATUS, Postcard);
     // A reading is at most 10 bytes of postcard, a status 13.
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
+    let mut payload = [0u8; 16];
     // Builders live in blocks so they do not keep space in the task's
     // state across the awaits below.
     let routes = {
-        let mut b = Routes::<_, 1, 2>::builder(&READY, &mut payload, &mut topic);
+        let mut b = Routes::<_, 1, 2>::builder(&READY, &mut payload);
         b.link(&mut readings).link(&mut status);
         b.build()
     };
@@ -100,12 +102,12 @@ pub const MQTT_TX: usize = 1024;
 /// The MQTT client id.
 pub const CLIENT_ID: &str = "aimdb-demo-device";
 /// Keep-alive: a dead broker connection is noticed within about this.
-pub const KEEP_ALIVE_SECS: u16 = 2;
+pub const KEEP_ALIVE: Duration = Duration::from_secs(2);
 /// The broker keeps the session this long after a drop.
-pub const SESSION_EXPIRY_SECS: u32 = 300;
+pub const SESSION_EXPIRY: Duration = Duration::from_secs(300);
 
-/// The MQTT connector's configuration: a session the broker keeps across a drop (so QoS 1
-/// publishes in flight at the drop are sent again, not lost), and
+/// The MQTT connector's configuration: a session the broker keeps across
+/// a drop (so QoS 1 publishes in flight at the drop are sent again, not lost), and
 /// reconnect for ever (feature `no-reconnect`: one connection, to show the
 /// end-to-end run fails without it).
 ///
@@ -115,19 +117,19 @@ pub const SESSION_EXPIRY_SECS: u32 = 300;
 /// ([`READINGS_DEPTH`] readings) overflows.
 pub fn mqtt_config() -> mqtt::Config<'static> {
     let mut c = mqtt::Config::new(CLIENT_ID);
-    c.keep_alive_secs = KEEP_ALIVE_SECS;
-    c.connect_timeout_ms = 1_000;
-    c.ack_timeout_ms = 1_000;
+    c.keep_alive = Some(KEEP_ALIVE);
+    c.connect_timeout = Duration::from_millis(1_000);
+    c.ack_timeout = Some(Duration::from_millis(1_000));
     c.backoff = aimdb_connectors::reconnect::Backoff {
-        min_ms: 200,
-        max_ms: 2_000,
+        min: Duration::from_millis(200),
+        max: Duration::from_millis(2_000),
     };
     c.reconnect = if cfg!(feature = "no-reconnect") {
         Reconnect::Never
     } else {
         Reconnect::Always
     };
-    c.session_expiry_secs = SESSION_EXPIRY_SECS;
+    c.session_expiry = Some(SESSION_EXPIRY);
     c
 }
 
@@ -154,9 +156,9 @@ pub async fn mqtt_connector<C: aimdb_connectors::Connect>(
     let mut link = outbound::Link::new(link, topics::LINK, Postcard).qos(QoS::AtMostOnce);
     // The largest payload is a LinkStats: seven `u32`s, at most 35 bytes
     // of postcard.
-    let (mut payload, mut topic) = ([0u8; 35], [0u8; 0]);
+    let mut payload = [0u8; 35];
     let routes = {
-        let mut b = Routes::<_, 1, 3>::builder(&MQTT_READY, &mut payload, &mut topic);
+        let mut b = Routes::<_, 1, 3>::builder(&MQTT_READY, &mut payload);
         b.link(&mut readings).link(&mut status).link(&mut link);
         b.build()
     };
@@ -168,7 +170,14 @@ pub async fn mqtt_connector<C: aimdb_connectors::Connect>(
     let (Ok(mut routes), Ok(mut dispatch)) = (routes, dispatch) else {
         return aimdb_connectors::reconnect::Stopped::Disconnected;
     };
-    let Ok(mut mqtt) = Mqtt::new(mqtt_config(), rx, tx, connect, Delay, &MQTT) else {
+    let parts = mqtt::Parts {
+        connect,
+        delay: Delay,
+        rx,
+        tx,
+        counters: &MQTT,
+    };
+    let Ok(mut mqtt) = Mqtt::new(mqtt_config(), parts) else {
         return aimdb_connectors::reconnect::Stopped::Disconnected;
     };
     mqtt.run(&mut dispatch, &mut routes).await

@@ -9,10 +9,11 @@
 //! any client: `mosquitto_sub -t 'aimdb/#'`).
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use aimdb_connectors::framed::{self, Framed};
 use aimdb_connectors::mqtt::{self, Config, Connect, Counters, Mqtt, QoS, TlsConnect};
-use aimdb_connectors::reconnect::{Backoff, Reconnect};
+use aimdb_connectors::reconnect::Backoff;
 use aimdb_connectors::tokio_io::TcpConnect;
 use aimdb_connectors::tokio_io::{self, FromTokio, TokioDelay};
 use aimdb_core::codec::{Json, Postcard};
@@ -128,26 +129,20 @@ pub async fn device(link: DeviceLink, readers: DeviceReaders) {
     b.counters(&DEVICE_IN);
     let mut dispatch = b.build().expect("device inbound table");
     let mut cmd = outbound::Link::new(readers.0, topics::CMD, Postcard);
-    let (mut payload, mut topic) = ([0u8; 64], [0u8; 0]);
-    let mut b = Routes::<_, 1, 1>::builder(&DEVICE_READY, &mut payload, &mut topic);
+    let mut payload = [0u8; 64];
+    let mut b = Routes::<_, 1, 1>::builder(&DEVICE_READY, &mut payload);
     b.link(&mut cmd);
     let mut routes = b.build().expect("device outbound table");
-    let mut framed = Framed::new(&DEVICE_LINK);
     // Reconnect for ever, waiting 1 s between attempts (QEMU restarts
     // take about that long).
-    let backoff = Backoff {
-        min_ms: 1_000,
-        max_ms: 1_000,
+    let mut config = framed::Config::new();
+    config.backoff = Backoff {
+        min: Duration::from_secs(1),
+        max: Duration::from_secs(1),
     };
+    let mut framed = Framed::new(&DEVICE_LINK).with_config(config);
     let stopped = framed
-        .run_reconnecting(
-            link,
-            TokioDelay,
-            Reconnect::Always,
-            backoff,
-            &mut dispatch,
-            &mut routes,
-        )
+        .run_reconnecting(link, TokioDelay, &mut dispatch, &mut routes)
         .await;
     unreachable!("Reconnect::Always ended: {stopped}");
 }
@@ -180,8 +175,8 @@ pub async fn mqtt(broker: Broker, readers: MqttReaders) -> aimdb_connectors::rec
     // reading survives a broker hiccup.
     let mut readings = outbound::Link::new(readings, readings_topic, Json).qos(QoS::AtLeastOnce);
     let mut status = outbound::Link::new(status, status_topic, Json);
-    let (mut payload, mut topic) = ([0u8; 256], [0u8; 0]);
-    let mut b = Routes::<_, 1, 2>::builder(&MQTT_READY, &mut payload, &mut topic);
+    let mut payload = [0u8; 256];
+    let mut b = Routes::<_, 1, 2>::builder(&MQTT_READY, &mut payload);
     b.link(&mut readings).link(&mut status);
     let mut routes = b.build().expect("MQTT outbound table");
 
@@ -213,8 +208,17 @@ async fn run<C: Connect>(
     routes: &mut (impl aimdb_core::connector::MessageSource + ?Sized),
 ) -> aimdb_connectors::reconnect::Stopped {
     let (mut rx, mut tx) = (vec![0u8; 2048], vec![0u8; 8192]);
-    let mut client = Mqtt::new(config, &mut rx, &mut tx, connect, TokioDelay, &MQTT)
-        .expect("MQTT configuration");
+    let mut client = Mqtt::new(
+        config,
+        mqtt::Parts {
+            connect,
+            delay: TokioDelay,
+            rx: &mut rx,
+            tx: &mut tx,
+            counters: &MQTT,
+        },
+    )
+    .expect("MQTT configuration");
     client.run(dispatch, routes).await
 }
 

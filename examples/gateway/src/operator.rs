@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use aimdb_connectors::mqtt::{Config, Counters, Mqtt};
+use aimdb_connectors::mqtt::{Config, Counters, Mqtt, Parts};
 use aimdb_connectors::tokio_io::TcpConnect;
 use aimdb_connectors::tokio_io::TokioDelay;
 use aimdb_core::codec::Json;
@@ -77,8 +77,8 @@ pub async fn run(
     let mut dispatch = b.build().expect("operator inbound table");
     let cmd_topic = format!("{prefix}/cmd");
     let mut cmd = outbound::Link::new(CMD.subscribe().expect("reader"), cmd_topic.as_str(), Json);
-    let (mut payload, mut topic) = ([0u8; 128], [0u8; 0]);
-    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic);
+    let mut payload = [0u8; 128];
+    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload);
     b.link(&mut cmd);
     let mut routes = b.build().expect("operator outbound table");
     let mut config = Config::new("aimdb-demo-operator");
@@ -86,15 +86,14 @@ pub async fn run(
         .as_ref()
         .map(|(u, p)| (u.as_str(), p.as_bytes()));
     let (mut rx, mut tx) = (vec![0u8; 2048], vec![0u8; 4096]);
-    let mut client = Mqtt::new(
-        config,
-        &mut rx,
-        &mut tx,
-        TcpConnect::new(broker),
-        TokioDelay,
-        &COUNTERS,
-    )
-    .expect("MQTT configuration");
+    let parts = Parts {
+        connect: TcpConnect::new(broker),
+        delay: TokioDelay,
+        rx: &mut rx,
+        tx: &mut tx,
+        counters: &COUNTERS,
+    };
+    let mut client = Mqtt::new(config, parts).expect("MQTT configuration");
 
     let mut readings = READINGS.subscribe().expect("reader");
     let mut status = STATUS.subscribe().expect("reader");

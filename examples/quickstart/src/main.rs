@@ -75,7 +75,7 @@ async fn device(
     let mut temps = outbound::Link::new(temps, Written::new(reading_topic), Postcard);
     let mut status = outbound::Link::new(status, "status/dev7", Postcard);
     let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
-    let mut b = Routes::<_, 1, 4>::builder(&DEVICE_READY, &mut payload, &mut topic);
+    let mut b = Routes::<_, 1, 4>::builder(&DEVICE_READY, &mut payload).written_topics(&mut topic);
     b.link(&mut temps).link(&mut status);
     let mut out = b.build().expect("outbound config");
 
@@ -135,7 +135,8 @@ async fn main() {
         let (mut payload, mut topic) = ([0u8; 64], [0u8; 64]);
         let mut cmd_out =
             outbound::Link::new(COMMAND.subscribe().expect("reader"), "cmd/dev7", Postcard);
-        let mut b = Routes::<_, 1, 2>::builder(&HOST_READY, &mut payload, &mut topic);
+        let mut b =
+            Routes::<_, 1, 2>::builder(&HOST_READY, &mut payload).written_topics(&mut topic);
         b.link(&mut cmd_out);
         let mut out = b.build().expect("outbound config");
 

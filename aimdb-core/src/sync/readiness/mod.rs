@@ -204,7 +204,7 @@ impl<const W: usize> Readiness<W> {
     /// set or `PARKED` clear, and the transport, already woken, will take
     /// those words. So a burst of writes costs the transport one wake, not
     /// one per route.
-    pub fn mark(&self, i: usize) {
+    pub(crate) fn mark(&self, i: usize) {
         let w = i / 32;
         let Some(word) = self.words.get(w) else {
             return;
@@ -320,14 +320,16 @@ impl<const W: usize> Readiness<W> {
 
     /// Whether any bit may be set (a hint: the summary word is not cleared
     /// eagerly).
-    pub fn maybe_ready(&self) -> bool {
+    #[cfg(all(test, not(aimdb_loom)))]
+    pub(crate) fn maybe_ready(&self) -> bool {
         self.summary.load(Ordering::Acquire) & (GROUPS | DIRECT) != 0
     }
 
     /// Makes the transport look again without marking a route (shutdown, a
     /// new route): wakes it if it is parked; if it is running, its next
     /// park finds a group bit set and polls once more instead.
-    pub fn wake_transport(&self) {
+    #[cfg(all(test, not(aimdb_loom)))]
+    pub(crate) fn wake_transport(&self) {
         self.signal(0);
     }
 
@@ -375,7 +377,7 @@ impl<const W: usize> fmt::Debug for Readiness<W> {
 /// other word to be swapped. A table without urgent routes pays a zero
 /// mask test per `pop` and one masked test per word taken.
 #[derive(Clone)]
-pub struct Pending<const W: usize> {
+pub(crate) struct Pending<const W: usize> {
     /// Routes taken from the bitmap and not served yet.
     bits: Bits<W>,
     /// Bits of word 0 that are urgent routes (`0..urgent`).
@@ -405,7 +407,7 @@ impl<const W: usize> Pending<W> {
     const GROUP: usize = Readiness::<W>::GROUP;
 
     /// Nothing pending, cursor at route 0.
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
             bits: Bits::new(),
             urgent_mask: 0,
@@ -430,7 +432,7 @@ impl<const W: usize> Pending<W> {
     /// called, 15 instructions more on every ready pull (`b3_on_target`,
     /// `cortex-m3/outbound_next_static_topic`).
     #[inline(always)]
-    pub fn take(&mut self, ready: &Readiness<W>) -> Option<usize> {
+    pub(crate) fn take(&mut self, ready: &Readiness<W>) -> Option<usize> {
         match self.absorb_or_only(ready) {
             Err(i) => Some(self.serve_only(i)),
             Ok(_) => self.pop(),
@@ -442,7 +444,7 @@ impl<const W: usize> Pending<W> {
     /// pulls with [`Self::take`]; the tests look at the set between the
     /// two steps.
     #[cfg(all(test, not(aimdb_loom)))]
-    pub fn absorb(&mut self, ready: &Readiness<W>) -> bool {
+    pub(crate) fn absorb(&mut self, ready: &Readiness<W>) -> bool {
         match self.absorb_or_only(ready) {
             Err(i) => {
                 self.set(i);
@@ -543,7 +545,7 @@ impl<const W: usize> Pending<W> {
     /// Call it after [`Self::take`] found nothing. One transport per
     /// [`Readiness`]: a second one parking on the same bitmap may miss
     /// wake-ups (never memory safety).
-    pub fn park(&mut self, ready: &Readiness<W>, waker: &Waker) -> bool {
+    pub(crate) fn park(&mut self, ready: &Readiness<W>, waker: &Waker) -> bool {
         let mut same = self.is_stored(waker);
         let mut s = ready.summary.load(Ordering::Acquire);
         loop {
@@ -656,19 +658,19 @@ impl<const W: usize> Pending<W> {
 
     /// Marks route `i` pending (it may have more to deliver).
     #[inline]
-    pub fn set(&mut self, i: usize) {
+    pub(crate) fn set(&mut self, i: usize) {
         self.bits.set(i);
     }
 
     /// Whether nothing is pending (the unit tests check it).
     #[cfg(all(test, not(aimdb_loom)))]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.bits.is_empty()
     }
 
     /// Makes routes `0..n` urgent (`n` at most 32), served `burst` in a
     /// row at most while a normal route is pending.
-    pub fn set_urgent(&mut self, n: usize, burst: u8) {
+    pub(crate) fn set_urgent(&mut self, n: usize, burst: u8) {
         self.burst = burst;
         self.urgent_mask = match n {
             0 => 0,
@@ -682,7 +684,7 @@ impl<const W: usize> Pending<W> {
     /// else the next at or after the cursor (wrapping), moving the cursor
     /// past it.
     #[inline]
-    pub fn pop(&mut self) -> Option<usize> {
+    pub(crate) fn pop(&mut self) -> Option<usize> {
         if self.urgent_mask != 0 {
             return self.pop_classes();
         }

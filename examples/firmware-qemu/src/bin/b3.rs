@@ -405,8 +405,8 @@ fn static_table(f: impl FnOnce(&mut Routes<'_, &'static Readiness<1>, 1, 8>)) {
         };
         outbound::Link::new(r, OUT_TOPICS[k], Postcard)
     });
-    let (mut scratch, mut topic) = ([0x5au8; 64], [0x5au8; 64]);
-    let mut b = Routes::<_, 1, 8>::builder(&READY_STATIC, &mut scratch, &mut topic);
+    let mut scratch = [0x5au8; 64];
+    let mut b = Routes::<_, 1, 8>::builder(&READY_STATIC, &mut scratch);
     for l in links.iter_mut() {
         b.link(l);
     }
@@ -468,7 +468,7 @@ fn outbound() {
     };
     let mut link = outbound::Link::new(r, Written(written as WrittenFn), Postcard);
     let (mut scratch, mut topic) = ([0x5au8; 64], [0x5au8; 64]);
-    let mut b = Routes::<_, 1, 1>::builder(&READY_WRITTEN, &mut scratch, &mut topic);
+    let mut b = Routes::<_, 1, 1>::builder(&READY_WRITTEN, &mut scratch).written_topics(&mut topic);
     b.link(&mut link);
     let Ok(mut routes) = b.build() else {
         fail("written table")
@@ -532,8 +532,8 @@ fn mqtt_rows(waker: &Waker) {
         fail("mqtt out reader")
     };
     let mut out = outbound::Link::new(r, "b3/out", Postcard).qos(QoS::AtMostOnce);
-    let (mut scratch, mut topic) = ([0x5au8; 32], [0u8; 0]);
-    let mut b = Routes::<_, 1, 1>::builder(&MQTT_READY, &mut scratch, &mut topic);
+    let mut scratch = [0x5au8; 32];
+    let mut b = Routes::<_, 1, 1>::builder(&MQTT_READY, &mut scratch);
     b.link(&mut out);
     let Ok(mut outbound) = b.build() else {
         fail("mqtt outbound table")
@@ -542,13 +542,20 @@ fn mqtt_rows(waker: &Waker) {
         fail("mqtt in reader")
     };
     let mut c = mqtt::Config::new("b3");
-    c.keep_alive_secs = 0;
-    c.ack_timeout_ms = 0;
+    c.keep_alive = None;
+    c.ack_timeout = None;
     c.subscribe_qos = QoS::AtMostOnce;
     let (mut rx, mut tx) = ([0u8; 256], [0u8; 512]);
     let connect = (client_rx, client_tx);
     let delay = embassy_time::Delay;
-    let Ok(mut m) = Mqtt::new(c, &mut rx, &mut tx, connect, delay, &MQTT_COUNTERS) else {
+    let parts = mqtt::Parts {
+        connect,
+        delay,
+        rx: &mut rx,
+        tx: &mut tx,
+        counters: &MQTT_COUNTERS,
+    };
+    let Ok(mut m) = Mqtt::new(c, parts) else {
         fail("mqtt config")
     };
     let mut run = pin!(m.run(&mut inbound, &mut outbound));

@@ -57,13 +57,13 @@ async fn main(_spawner: Spawner) {
         };
         outbound::Link::new(reader, TOPICS[i], Postcard)
     });
-    let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
+    let mut payload = [0u8; 16];
     // Builders in their own blocks: a builder that is only moved from
     // would otherwise keep its slot in the task's state across the awaits
     // below (rustc lays out async state by scope, not by last use), which
     // doubles the per-route cost.
     let mut routes = {
-        let mut b = Routes::<_, 1, OUT>::builder(&READY, &mut payload, &mut topic);
+        let mut b = Routes::<_, 1, OUT>::builder(&READY, &mut payload);
         for l in &mut out {
             b.link(l);
         }

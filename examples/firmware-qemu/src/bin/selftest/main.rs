@@ -600,7 +600,7 @@ async fn outbound_routes(spawner: Spawner) -> bool {
     );
     let mut l_count = outbound::Link::new(count, "fw/out/count", Postcard);
     let (mut payload, mut topic) = ([0u8; OUT_PAYLOAD], [0u8; 24]);
-    let mut b = OutRoutes::builder(&READY, &mut payload, &mut topic);
+    let mut b = OutRoutes::builder(&READY, &mut payload).written_topics(&mut topic);
     b.link(&mut l_ring).link(&mut l_temp).link(&mut l_count);
     let Ok(mut routes) = b.build() else {
         return false;

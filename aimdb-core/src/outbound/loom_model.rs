@@ -1,7 +1,7 @@
 //! Loom model of the outbound wake-up path: a writer thread and the
 //! transport's `next()`, across all interleavings (bounded by
 //! `LOOM_MAX_PREEMPTIONS`). Run with `make loom`:
-//! `RUSTFLAGS="--cfg aimdb_loom" cargo test -p aimdb-core --features std --lib --release sync::loom_model`.
+//! `RUSTFLAGS="--cfg aimdb_loom" cargo test -p aimdb-core --features std --lib --release outbound::loom_model`.
 //! It lives in the crate (not in `tests/`) so it can reach the
 //! crate-private `Pending`.
 //!
@@ -55,7 +55,7 @@ fn latest_write_racing_with_park_is_never_lost() {
         let ready = Arc::new(Readiness::<1>::new());
         let mut link = Link::new(rec.subscribe().unwrap(), "l", Postcard);
         let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
-        let mut b = Routes::<_, 1, 1>::builder(ready.clone(), &mut p, &mut t);
+        let mut b = Routes::<_, 1, 1>::builder(ready.clone(), &mut p).written_topics(&mut t);
         b.link(&mut link);
         let mut routes = b.build().unwrap();
 
@@ -81,7 +81,7 @@ fn ring_values_arrive_exactly_once_in_order() {
         let ready = Arc::new(Readiness::<1>::new());
         let mut link = Link::new(rec.subscribe().unwrap(), "r", Postcard);
         let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
-        let mut b = Routes::<_, 1, 1>::builder(ready.clone(), &mut p, &mut t);
+        let mut b = Routes::<_, 1, 1>::builder(ready.clone(), &mut p).written_topics(&mut t);
         b.link(&mut link);
         let mut routes = b.build().unwrap();
 
@@ -109,7 +109,7 @@ fn two_routes_two_writers() {
         let mut la = Link::new(a.subscribe().unwrap(), "a", Postcard);
         let mut lb = Link::new(b_rec.subscribe().unwrap(), "b", Postcard);
         let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
-        let mut b = Routes::<_, 1, 2>::builder(ready.clone(), &mut p, &mut t);
+        let mut b = Routes::<_, 1, 2>::builder(ready.clone(), &mut p).written_topics(&mut t);
         b.link(&mut la).link(&mut lb);
         let mut routes = b.build().unwrap();
 
@@ -254,7 +254,7 @@ fn urgent_early_stop_gives_back_the_rest() {
             .map(|r| Link::new(r.subscribe().unwrap(), "t", Postcard))
             .collect();
         let (mut p, mut t) = ([0u8; 4], [0u8; 4]);
-        let mut b = Routes::<_, 2, 33>::builder(ready.clone(), &mut p, &mut t);
+        let mut b = Routes::<_, 2, 33>::builder(ready.clone(), &mut p).written_topics(&mut t);
         let (urgent, normal) = links.split_at_mut(1);
         b.link_urgent(&mut urgent[0]);
         for l in normal {
