@@ -23,7 +23,8 @@
 #
 # Toolchain routes (see docs/FIRMWARE.md):
 #   rustup  - `rustup target list --installed` has thumbv6m-none-eabi and
-#             thumbv7m-none-eabi: plain `cargo`, precompiled core, rust-lld.
+#             thumbv7m-none-eabi for the toolchain rust-toolchain.toml
+#             selects: plain `cargo`, precompiled core, rust-lld.
 #   debian  - /usr/bin/rustc (Debian's rustc-web) with the library sources in
 #             /usr/lib/rustlib/src/rust/library: core is compiled with
 #             `-Zbuild-std=core` (RUSTC_BOOTSTRAP=1) and linked with ld.lld.
@@ -81,10 +82,17 @@ apt_install() {
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y "$@"
 }
 
+# rustup_targets: the targets of the toolchain the firmware builds use, the
+# one rust-toolchain.toml selects (asked from the repository, whatever the
+# caller's directory).
+rustup_targets() {
+    (cd "$ROOT" && rustup target list --installed 2>/dev/null)
+}
+
 rustup_has_targets() {
     command -v rustup >/dev/null 2>&1 || return 1
     local installed t
-    installed=$(rustup target list --installed 2>/dev/null) || return 1
+    installed=$(rustup_targets) || return 1
     for t in "${THUMB_TARGETS[@]}"; do
         grep -qx "$t" <<<"$installed" || return 1
     done
@@ -268,7 +276,7 @@ cmd_device() {
 
 cmd_board() {
     select_toolchain
-    if [ "$ROUTE" = rustup ] && ! rustup target list --installed | grep -qx "$BOARD_TARGET"; then
+    if [ "$ROUTE" = rustup ] && ! rustup_targets | grep -qx "$BOARD_TARGET"; then
         die "rustup has no $BOARD_TARGET: rustup target add $BOARD_TARGET (or FW_TOOLCHAIN=debian)"
     fi
     local features elf
