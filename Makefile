@@ -80,12 +80,16 @@ nostd:
 	bash scripts/firmware.sh check-core
 
 ## QEMU self-test firmware: passes on Cortex-M3 and M0, and a made-to-fail
-## build must exit 1; then the footprint, the nRF52840 board firmware
-## (built only: no board here) and the on-target cost gate.
+## build must exit 1; then the firmware crate of docs/FIRMWARE.md, built
+## from the page's own files and command in a temp dir outside the
+## repository and run under QEMU (so the page cannot rot); then the
+## footprint, the nRF52840 board firmware (built only: no board here) and
+## the on-target cost gate.
 firmware:
 	bash scripts/firmware.sh smoke-fail
 	bash scripts/firmware.sh smoke --cpu cortex-m0
 	bash scripts/firmware.sh smoke --cpu cortex-m3
+	bash scripts/firmware.sh fresh-crate
 	bash scripts/firmware.sh footprint
 	bash scripts/firmware.sh board
 	$(MAKE) b3

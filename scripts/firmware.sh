@@ -20,10 +20,16 @@
 #   scripts/firmware.sh b3 [--cpu ...]            build the b3_on_target firmware; prints `elf=PATH`
 #                                                 and `rustc=VERSION (ROUTE route)` (aimdb-bench's
 #                                                 b3_on_target runs it under QEMU)
+#   scripts/firmware.sh fresh-crate               the firmware crate of docs/FIRMWARE.md ("Start a
+#                                                 firmware crate of your own"): its files copied from
+#                                                 the page into a temp dir outside the repository, the
+#                                                 page's command for this route run there (QEMU
+#                                                 included), its documented output required
 #
 # Toolchain routes (see docs/FIRMWARE.md):
 #   rustup  - `rustup target list --installed` has thumbv6m-none-eabi and
-#             thumbv7m-none-eabi: plain `cargo`, precompiled core, rust-lld.
+#             thumbv7m-none-eabi for the toolchain rust-toolchain.toml
+#             selects: plain `cargo`, precompiled core, rust-lld.
 #   debian  - /usr/bin/rustc (Debian's rustc-web) with the library sources in
 #             /usr/lib/rustlib/src/rust/library: core is compiled with
 #             `-Zbuild-std=core` (RUSTC_BOOTSTRAP=1) and linked with ld.lld.
@@ -51,12 +57,21 @@ DEBIAN_RUSTDOC=/usr/bin/rustdoc
 DEBIAN_CARGO=/usr/bin/cargo
 DEBIAN_LIBSRC=/usr/lib/rustlib/src/rust/library
 QEMU_TIMEOUT=${QEMU_TIMEOUT:-60}
+# fresh-crate: the page it checks, its target dir (fixed, so a re-run only
+# rebuilds the crate and aimdb-core) and the time the build may take, a
+# cold build of `core` and every dependency included (the QEMU run then
+# has QEMU_TIMEOUT).
+# FRESH_DOC checks another copy of the page (a deliberately broken one must
+# fail).
+FRESH_DOC=${FRESH_DOC:-$ROOT/docs/FIRMWARE.md}
+FRESH_TARGET_DIR="$TARGET_DIR/fresh-crate"
+FRESH_TIMEOUT=${FRESH_TIMEOUT:-900}
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'firmware.sh: error: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,/^# Toolchain routes/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
 }
 
 # ------------------------------------------------------------------ toolchain
@@ -81,10 +96,17 @@ apt_install() {
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y "$@"
 }
 
+# rustup_targets: the targets of the toolchain the firmware builds use, the
+# one rust-toolchain.toml selects (asked from the repository, whatever the
+# caller's directory).
+rustup_targets() {
+    (cd "$ROOT" && rustup target list --installed 2>/dev/null)
+}
+
 rustup_has_targets() {
     command -v rustup >/dev/null 2>&1 || return 1
     local installed t
-    installed=$(rustup target list --installed 2>/dev/null) || return 1
+    installed=$(rustup_targets) || return 1
     for t in "${THUMB_TARGETS[@]}"; do
         grep -qx "$t" <<<"$installed" || return 1
     done
@@ -268,7 +290,7 @@ cmd_device() {
 
 cmd_board() {
     select_toolchain
-    if [ "$ROUTE" = rustup ] && ! rustup target list --installed | grep -qx "$BOARD_TARGET"; then
+    if [ "$ROUTE" = rustup ] && ! rustup_targets | grep -qx "$BOARD_TARGET"; then
         die "rustup has no $BOARD_TARGET: rustup target add $BOARD_TARGET (or FW_TOOLCHAIN=debian)"
     fi
     local features elf
@@ -354,6 +376,150 @@ JSON
     echo "wrote ${out#"$ROOT"/}"
     awk -v p="$per_out" 'BEGIN { exit !(p < 32) }' || die "RAM per outbound route $per_out B is not under 32 B"
     [ "$mq_ram" -le "$mq_budget" ] || die "device-mqtt static RAM $mq_ram B is over its target $mq_budget B"
+}
+
+# ------------------------------------------------------------------ fresh-crate
+
+# extract_blocks OUT: for each `<!-- fresh-crate: KEY -->` line of the page,
+# the fenced block right after it, written to OUT/files/PATH for a key
+# `file PATH` and to OUT/KEY (spaces as dashes) for `setup ROUTE`,
+# `run ROUTE` and `output`.
+extract_blocks() {
+    local out=$1 line key="" dest="" state=none lineno=0
+    local doc=${FRESH_DOC#"$ROOT"/}
+    mkdir -p "$out/files"
+    while IFS= read -r line || [ -n "$line" ]; do
+        lineno=$((lineno + 1))
+        case $state in
+            none)
+                [[ $line =~ ^'<!-- fresh-crate: '(.+)' -->'$ ]] || continue
+                key=${BASH_REMATCH[1]}
+                case $key in
+                    "file "*)
+                        dest=${key#file }
+                        case "/$dest/" in
+                            //* | */../* | */./*) die "$doc:$lineno: '$dest' is not a plain relative path" ;;
+                        esac
+                        dest="$out/files/$dest" ;;
+                    "setup rustup" | "setup debian" | "run rustup" | "run debian" | output)
+                        dest="$out/${key// /-}" ;;
+                    *) die "$doc:$lineno: unknown fresh-crate block '$key'" ;;
+                esac
+                [ ! -e "$dest" ] || die "$doc:$lineno: a second block marked '$key'"
+                state=fence ;;
+            fence)
+                [[ $line == '```'* ]] || die "$doc:$lineno: the block marked '$key' must start on the next line"
+                mkdir -p "$(dirname "$dest")"
+                : >"$dest"
+                state=body ;;
+            body)
+                if [ "$line" = '```' ]; then
+                    state=none
+                else
+                    printf '%s\n' "$line" >>"$dest"
+                fi ;;
+        esac
+    done <"$FRESH_DOC"
+    [ "$state" = none ] || die "$doc: the block marked '$key' is not closed"
+    for key in files/Cargo.toml files/.cargo/config.toml files/build.rs files/memory.x \
+        files/src/main.rs setup-rustup setup-debian run-rustup run-debian output; do
+        [ -s "$out/$key" ] || die "$doc: no block for '$key' (<!-- fresh-crate: ... --> markers)"
+    done
+}
+
+# one_command FILE: the single command line of a documented command block.
+one_command() {
+    local lines
+    lines=$(grep -v -e '^[[:space:]]*$' -e '^[[:space:]]*#' "$1" || true)
+    [ -n "$lines" ] && [ "$(wc -l <<<"$lines")" -eq 1 ] ||
+        die "${FRESH_DOC#"$ROOT"/}: the '$(basename "$1")' block must be one command line"
+    printf '%s\n' "$lines"
+}
+
+# check_setup ROUTE BLOCKS CRATE: what the page's setup line for ROUTE
+# installs is there (it is not run: select_toolchain installs the same).
+check_setup() {
+    local route=$1 blocks=$2 crate=$3 cmd args=() a
+    cmd=$(one_command "$blocks/setup-$route")
+    case $route in
+        debian)
+            [[ $cmd == "apt-get install "* ]] || die "setup debian: expected 'apt-get install ...', got: $cmd"
+            read -ra args <<<"${cmd#apt-get install }"
+            for a in "${args[@]}"; do
+                [[ $a == -* ]] && continue
+                dpkg-query -W -f='${Status}\n' "$a" 2>/dev/null | grep -q ' installed$' ||
+                    die "setup debian: package '$a' (named on the page) is not installed"
+            done ;;
+        rustup)
+            [[ $cmd == "rustup target add "* ]] || die "setup rustup: expected 'rustup target add ...', got: $cmd"
+            read -ra args <<<"${cmd#rustup target add }"
+            for a in "${args[@]}"; do
+                # Outside the repository: the user's own default toolchain.
+                (cd "$crate" && rustup target list --installed) | grep -qx "$a" ||
+                    die "setup rustup: target '$a' is not installed for the toolchain active in the crate"
+            done ;;
+    esac
+}
+
+cmd_fresh_crate() {
+    select_toolchain
+    local start=$SECONDS tmp blocks crate cmd out name rc=0 want
+    tmp=$(mktemp -d)
+    # shellcheck disable=SC2064
+    trap "rm -rf '$tmp'" EXIT
+    # Outside the repository, or its Cargo.toml and rust-toolchain.toml apply.
+    case "$tmp/" in "$ROOT"/*) die "mktemp -d gave $tmp, inside the repository (TMPDIR?)" ;; esac
+    blocks="$tmp/blocks"
+    extract_blocks "$blocks"
+    # The page's layout: the crate next to a clone of this repository.
+    grep -q '"\.\./aimdb/aimdb-core"' "$blocks/files/Cargo.toml" ||
+        die "the page's Cargo.toml no longer depends on ../aimdb/aimdb-core (update fresh-crate's layout)"
+    ln -s "$ROOT" "$tmp/aimdb"
+    crate="$tmp/my-firmware"
+    cp -r "$blocks/files" "$crate"
+    check_setup "$ROUTE" "$blocks" "$crate"
+    cmd=$(one_command "$blocks/run-$ROUTE")
+
+    # The crate's path is new each run, so it and aimdb-core (reached
+    # through it) build anew under new hashes: drop the previous run's
+    # artifacts so the target dir does not grow. Dependencies stay.
+    name=$(sed -n 's/^name = "\(.*\)"$/\1/p' "$crate/Cargo.toml" | head -n1)
+    if [ -d "$FRESH_TARGET_DIR" ]; then
+        local n u
+        for n in "$name" aimdb-core; do
+            u=${n//-/_}
+            find "$FRESH_TARGET_DIR" -mindepth 3 -maxdepth 4 -path '*/release/*' \
+                \( -name "$n-*" -o -name "$u-*" -o -name "lib$u-*" \) -prune -exec rm -rf {} +
+        done
+    fi
+
+    # First the same command with `cargo build` for `cargo run`, under the
+    # build's time limit; then the command as written, which finds it all
+    # built and boots QEMU (the page's runner), under QEMU's. A firmware
+    # that hangs then costs QEMU_TIMEOUT, not FRESH_TIMEOUT.
+    local build_cmd=${cmd/cargo run /cargo build }
+    [ "$build_cmd" != "$cmd" ] || die "run $ROUTE: expected a 'cargo run ...' command, got: $cmd"
+    out="$tmp/run.log"
+    log "fresh crate ${crate} ($ROUTE route): $build_cmd"
+    set +e
+    (cd "$crate" && CARGO_TARGET_DIR="$FRESH_TARGET_DIR" \
+        timeout -k 10 "$FRESH_TIMEOUT" bash -c "$build_cmd") </dev/null
+    rc=$?
+    set -e
+    [ "$rc" -ne 124 ] || die "fresh-crate: the build timed out after ${FRESH_TIMEOUT}s"
+    [ "$rc" -eq 0 ] || die "fresh-crate: the page's command (as 'cargo build') exited with $rc"
+    log "fresh crate ($ROUTE route, timeout ${QEMU_TIMEOUT}s): $cmd"
+    set +e
+    (cd "$crate" && CARGO_TARGET_DIR="$FRESH_TARGET_DIR" \
+        timeout -k 10 "$QEMU_TIMEOUT" bash -c "$cmd") </dev/null 2>&1 | tee "$out"
+    rc=${PIPESTATUS[0]}
+    set -e
+    [ "$rc" -ne 124 ] || die "fresh-crate: the run timed out after ${QEMU_TIMEOUT}s"
+    [ "$rc" -eq 0 ] || die "fresh-crate: the page's command exited with $rc"
+    while IFS= read -r want; do
+        grep -Fxq -- "$want" "$out" || die "fresh-crate: no line '$want' (the page's expected output)"
+    done <"$blocks/output"
+    echo "fresh-crate: OK ($ROUTE route, $((SECONDS - start)) s): the page's crate builds outside the repository and runs under QEMU"
 }
 
 # ------------------------------------------------------------------ check-core
@@ -455,6 +621,7 @@ case "$sub" in
     b3) cmd_b3 "$@" ;;
     board) [ $# -eq 0 ] || die "board takes no arguments"; cmd_board ;;
     smoke-fail) cmd_smoke_fail "$@" ;;
+    fresh-crate) [ $# -eq 0 ] || die "fresh-crate takes no arguments"; cmd_fresh_crate ;;
     -h|--help|help) usage ;;
     *) usage; exit 2 ;;
 esac
