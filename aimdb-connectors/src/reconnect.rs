@@ -76,7 +76,7 @@ pub(crate) async fn wait<D: DelayNs>(delay: &mut D, d: Duration) {
 
 /// `d` in whole milliseconds, rounded up, saturated to `u32`.
 pub(crate) fn millis(d: Duration) -> u32 {
-    let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
+    let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
     u32::try_from(ms).unwrap_or(u32::MAX)
 }
 

@@ -320,7 +320,7 @@ impl<const W: usize> Readiness<W> {
 
     /// Whether any bit may be set (a hint: the summary word is not cleared
     /// eagerly).
-    #[cfg(all(test, not(aimdb_loom)))]
+    #[cfg(all(test, feature = "alloc", not(aimdb_loom)))]
     pub(crate) fn maybe_ready(&self) -> bool {
         self.summary.load(Ordering::Acquire) & (GROUPS | DIRECT) != 0
     }
@@ -328,7 +328,7 @@ impl<const W: usize> Readiness<W> {
     /// Makes the transport look again without marking a route (shutdown, a
     /// new route): wakes it if it is parked; if it is running, its next
     /// park finds a group bit set and polls once more instead.
-    #[cfg(all(test, not(aimdb_loom)))]
+    #[cfg(all(test, feature = "alloc", not(aimdb_loom)))]
     pub(crate) fn wake_transport(&self) {
         self.signal(0);
     }
