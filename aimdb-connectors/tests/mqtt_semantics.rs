@@ -8,7 +8,7 @@
 
 mod mosquitto;
 
-use aimdb_connectors::mqtt::{Config, Counters};
+use aimdb_connectors::mqtt::{Config, Counters, QoS};
 use aimdb_connectors::reconnect::Backoff;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
@@ -77,6 +77,88 @@ async fn latest_state_is_retained_for_late_subscribers_streams_are_not() {
             late.next().await,
             "kind/stream 08",
             "streams are not retained"
+        );
+    })
+    .await;
+}
+
+/// Each route publishes at the QoS of its link (its kind's default unless
+/// the link sets one), whatever its position: a route linked in between
+/// changes no other route's QoS. The subscriber asks for QoS 2, so each
+/// message arrives at the QoS it was published with.
+#[tokio::test]
+async fn each_route_publishes_at_its_links_qos_whatever_its_position() {
+    static STATE: Record<Cs, Latest<u32>, 2> = Record::new("state");
+    static STREAM: Record<Cs, Ring<u32, 8>, 2> = Record::new("stream");
+    static CMD: Record<Cs, Mailbox<u32>, 2> = Record::new("cmd");
+    static MIDDLE: Record<Cs, Latest<u32>, 1> = Record::new("middle");
+    static READY: Readiness<1> = Readiness::new();
+
+    let port = free_port();
+    let broker = Broker::anonymous(port);
+    let counters = Counters::new();
+    let (mut rx, mut tx) = ([0u8; 256], [0u8; 1024]);
+
+    // Run 1: state (kind default), stream at 0, command at 2.
+    {
+        let mut sub = Sub::qos(&broker, "qos-1", "q1/#").await;
+        let mut state = outbound::Link::new(STATE.subscribe().unwrap(), "q1/state", Postcard);
+        let mut stream = outbound::Link::new(STREAM.subscribe().unwrap(), "q1/stream", Postcard)
+            .qos(QoS::AtMostOnce);
+        let mut cmd =
+            outbound::Link::new(CMD.subscribe().unwrap(), "q1/cmd", Postcard).qos(QoS::ExactlyOnce);
+        let mut payload = [0u8; 16];
+        let mut b = Routes::<_, 1, 4>::builder(&READY, &mut payload);
+        b.link(&mut state).link(&mut stream).link(&mut cmd);
+        let mut routes = b.build().unwrap();
+        let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
+        let mut mqtt = connector(config("aimdb-qos"), &mut rx, &mut tx, tcp(port), &counters);
+        alongside(mqtt.run(&mut inbound, &mut routes), async {
+            until("connected", || counters.is_connected()).await;
+            STATE.write(1);
+            STREAM.write(2);
+            CMD.write(3);
+            let mut got = vec![sub.next().await, sub.next().await, sub.next().await];
+            got.sort();
+            assert_eq!(got, ["q1/cmd 2", "q1/state 1", "q1/stream 0"]);
+        })
+        .await;
+    }
+
+    // Run 2: the same links, with a route at QoS 2 linked between state
+    // and stream.
+    let mut sub = Sub::qos(&broker, "qos-2", "q2/#").await;
+    let mut state = outbound::Link::new(STATE.subscribe().unwrap(), "q2/state", Postcard);
+    let mut middle = outbound::Link::new(MIDDLE.subscribe().unwrap(), "q2/middle", Postcard)
+        .qos(QoS::ExactlyOnce);
+    let mut stream = outbound::Link::new(STREAM.subscribe().unwrap(), "q2/stream", Postcard)
+        .qos(QoS::AtMostOnce);
+    let mut cmd =
+        outbound::Link::new(CMD.subscribe().unwrap(), "q2/cmd", Postcard).qos(QoS::ExactlyOnce);
+    let mut payload = [0u8; 16];
+    let mut b = Routes::<_, 1, 4>::builder(&READY, &mut payload);
+    b.link(&mut state)
+        .link(&mut middle)
+        .link(&mut stream)
+        .link(&mut cmd);
+    let mut routes = b.build().unwrap();
+    let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
+    let mut mqtt = connector(config("aimdb-qos"), &mut rx, &mut tx, tcp(port), &counters);
+    alongside(mqtt.run(&mut inbound, &mut routes), async {
+        until("connected", || counters.is_connected()).await;
+        MIDDLE.write(4);
+        STREAM.write(5);
+        CMD.write(6);
+        // The state's current value goes out on its own (a new table
+        // delivers every `Latest` record's value).
+        let mut got: Vec<String> = Vec::new();
+        for _ in 0..4 {
+            got.push(sub.next().await);
+        }
+        got.sort();
+        assert_eq!(
+            got,
+            ["q2/cmd 2", "q2/middle 2", "q2/state 1", "q2/stream 0"]
         );
     })
     .await;

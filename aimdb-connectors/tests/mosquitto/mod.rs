@@ -329,9 +329,28 @@ impl Sub {
 
     /// [`Sub::start`] with `args` (credentials, CA).
     pub async fn start_with(broker: &Broker, args: &ClientArgs, id: &str, filter: &str) -> Self {
+        Self::spawn(broker, args, id, filter, &["-q", "1", "-F", "%t %x"]).await
+    }
+
+    /// A subscription at QoS 2 printing `topic qos` lines: the QoS each
+    /// message was published with (the broker delivers at the lower of
+    /// the publish and the subscription QoS).
+    pub async fn qos(broker: &Broker, id: &str, filter: &str) -> Self {
+        let args = ClientArgs::new(broker);
+        Self::spawn(broker, &args, id, filter, &["-q", "2", "-F", "%t %q"]).await
+    }
+
+    async fn spawn(
+        broker: &Broker,
+        args: &ClientArgs,
+        id: &str,
+        filter: &str,
+        options: &[&str],
+    ) -> Self {
         let mut cmd = tokio::process::Command::from(tool("mosquitto_sub"));
         cmd.args(&args.0)
-            .args(["-i", id, "-t", filter, "-q", "1", "-F", "%t %x"])
+            .args(["-i", id, "-t", filter])
+            .args(options)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
