@@ -100,11 +100,12 @@
 //! returns a `Stats`, a plain copy ([`framed::Stats`], `mqtt::Stats`,
 //! [`connector::InboundStats`](aimdb_core::connector::InboundStats)); a table's own
 //! `stats()` returns its `Stats` directly. The fields mean the same thing
-//! everywhere: `sent` (messages written to the transport), `received`
-//! (messages read from it and accepted), `rejected` (read, refused by the
-//! dispatcher: its `Stats` say why), `dropped` (outbound messages that
-//! could not be sent, e.g. too large), `lagged` (values a `Ring` reader
-//! lost before they could be sent).
+//! everywhere (the contract's words, see [`aimdb_core::connector`]):
+//! `sent` (messages the transport accepted), `received` (messages read
+//! from it and handed to the dispatcher, accepted or not), `rejected` (of
+//! those, the ones the dispatcher refused: its stats say why), `dropped`
+//! (outbound messages that could not be sent, e.g. too large), `lagged`
+//! (values a `Ring` reader lost before they could be sent).
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]

@@ -126,7 +126,10 @@ fn bad_frames_are_counted_skipped_and_the_next_good_frame_lands() {
         }
     });
     let s = stats.snapshot();
-    assert_eq!(s.received, 2);
+    assert_eq!(
+        s.received, 5,
+        "2 good frames and 3 the dispatcher rejected: {s:?}"
+    );
     assert_eq!(s.rejected, 3, "{s:?}");
     assert_eq!(s.oversized, 2, "{s:?}");
     assert_eq!(s.cobs_errors, 1, "{s:?}");

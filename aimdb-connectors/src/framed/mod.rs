@@ -126,7 +126,7 @@ pub struct Counters {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Frames decoded and accepted by the dispatcher.
+    /// Frames decoded and handed to the dispatcher, accepted or not.
     pub received: u32,
     /// Frames written.
     pub sent: u32,
@@ -140,7 +140,8 @@ pub struct Stats {
     pub cobs_errors: u32,
     /// Inbound frames that are not a postcard `(topic, payload)`, dropped.
     pub malformed: u32,
-    /// Inbound frames the dispatcher rejected (its stats say why).
+    /// Of the frames received, those the dispatcher rejected (its stats
+    /// say why).
     pub rejected: u32,
     /// Outbound messages too large for the transmit buffer, skipped.
     pub dropped: u32,
@@ -557,9 +558,9 @@ async fn read_loop<R: Read, D: FrameSink + ?Sized, const RX: usize>(
             match decoder.push(rest) {
                 Event::NeedMore => break,
                 Event::Frame(f, used) => {
-                    match inbound.dispatch(f.topic, f.payload) {
-                        Ok(_) => bump(&counters.received, 1),
-                        Err(_) => bump(&counters.rejected, 1),
+                    bump(&counters.received, 1);
+                    if inbound.dispatch(f.topic, f.payload).is_err() {
+                        bump(&counters.rejected, 1);
                     }
                     rest = &rest[used..];
                 }
