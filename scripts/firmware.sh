@@ -4,8 +4,8 @@
 #
 #   scripts/firmware.sh toolchain                 pick (and if needed install) a toolchain
 #   scripts/firmware.sh check-core                aimdb-core --no-default-features and aimdb-connectors
-#                                                 --features mqtt on thumbv6m/thumbv7m, no allocator,
-#                                                 no std-only dependency
+#                                                 --features mqtt (and mqtt,embassy-net) on
+#                                                 thumbv6m/thumbv7m, no allocator, no std-only dependency
 #   scripts/firmware.sh smoke [--cpu cortex-m3|cortex-m0]
 #                                                 build the self-test firmware, run it under QEMU,
 #                                                 exit with QEMU's exit code
@@ -380,6 +380,12 @@ cmd_check_core() {
         (cd "$ROOT" && RUSTFLAGS="$flags" "${CARGO_CMD[@]}" build -p aimdb-connectors --lib \
             --no-default-features --features mqtt --release --target "$target" \
             --target-dir "$CHECK_TARGET_DIR" "${BUILD_STD[@]}")
+        # And with the embassy-net TcpConnect (smoltcp): about 12 s more
+        # per target on top of the build above.
+        log "aimdb-connectors --lib --no-default-features --features mqtt,embassy-net for $target ($ROUTE route)"
+        (cd "$ROOT" && RUSTFLAGS="$flags" "${CARGO_CMD[@]}" build -p aimdb-connectors --lib \
+            --no-default-features --features mqtt,embassy-net --release --target "$target" \
+            --target-dir "$CHECK_TARGET_DIR" "${BUILD_STD[@]}")
     done
 
     # 2. No allocator: the v6m firmware links without a #[global_allocator].
@@ -420,7 +426,7 @@ cmd_check_core() {
         "$cargo_host" tree -p aimdb-core -e normal,no-proc-macro \
             --no-default-features --target thumbv6m-none-eabi --prefix none -f '{p} [{f}]'
         "$cargo_host" tree -p aimdb-connectors -e normal,no-proc-macro \
-            --no-default-features --features mqtt --target thumbv6m-none-eabi --prefix none -f '{p} [{f}]'
+            --no-default-features --features mqtt,embassy-net --target thumbv6m-none-eabi --prefix none -f '{p} [{f}]'
     } | sed 's/ (\*)$//' | sort -u)
     bad=$(awk '
         BEGIN { n = split("serde_json tokio mio socket2 libc std loom proptest futures-executor", d, " ");
@@ -438,7 +444,7 @@ cmd_check_core() {
         printf '%s\n' "$bad" >&2
         die "aimdb-core --no-default-features pulls in std/alloc (see above)"
     fi
-    echo "dependency tree (aimdb-core; aimdb-connectors with mqtt): $(wc -l <<<"$flat") crates for thumbv6m-none-eabi, none std-only, no std/alloc feature enabled"
+    echo "dependency tree (aimdb-core; aimdb-connectors with mqtt,embassy-net): $(wc -l <<<"$flat") crates for thumbv6m-none-eabi, none std-only, no std/alloc feature enabled"
     echo "check-core: OK ($ROUTE route)"
 }
 
