@@ -33,7 +33,7 @@ bind_interrupts!(struct Irqs {
 
 type Device = Ethernet<'static, ETH, GenericPhy<Sma<'static, ETH_SMA>>>;
 
-/// DMA descriptors and packet buffers (1,536 bytes each): four frames
+/// DMA descriptors and frame buffers (about 1.5 KiB each): four frames
 /// each way are plenty for one MQTT connection.
 static PACKETS: StaticCell<PacketQueue<4, 4>> = StaticCell::new();
 /// Two sockets: DHCP and the broker connection.
