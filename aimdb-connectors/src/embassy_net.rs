@@ -78,7 +78,9 @@
 //!
 //! `examples/device-tap` in this repository runs the demo device's MQTT
 //! connector this way over a Linux TAP interface, and
-//! `examples/firmware-stm32f767` on a NUCLEO-F767ZI's Ethernet.
+//! `examples/firmware-stm32f767` on a NUCLEO-F767ZI's Ethernet;
+//! `tests/embassy_net.rs` checks the reset, the reuse and each failure
+//! against a second embassy-net stack.
 #![forbid(unsafe_code)]
 
 // `::` because this module shares the crate's name.
