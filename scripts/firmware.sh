@@ -4,8 +4,8 @@
 #
 #   scripts/firmware.sh toolchain                 pick (and if needed install) a toolchain
 #   scripts/firmware.sh check-core                aimdb-core --no-default-features and aimdb-connectors
-#                                                 --features mqtt on thumbv6m/thumbv7m, no allocator,
-#                                                 no std-only dependency
+#                                                 --features mqtt (and mqtt,embassy-net) on
+#                                                 thumbv6m/thumbv7m, no allocator, no std-only dependency
 #   scripts/firmware.sh smoke [--cpu cortex-m3|cortex-m0]
 #                                                 build the self-test firmware, run it under QEMU,
 #                                                 exit with QEMU's exit code
@@ -17,6 +17,9 @@
 #   scripts/firmware.sh board                     build the nRF52840 board firmware (framed, then
 #                                                 --features mqtt) for thumbv7em-none-eabihf; it
 #                                                 cannot run here (no board), so CI only builds it
+#   scripts/firmware.sh board-eth                 build the NUCLEO-F767ZI firmware (MQTT over embassy-net
+#                                                 on the board's Ethernet) for thumbv7em-none-eabihf and
+#                                                 record its flash/RAM in data/baselines/firmware_size.json
 #   scripts/firmware.sh b3 [--cpu ...]            build the b3_on_target firmware; prints `elf=PATH`
 #                                                 and `rustc=VERSION (ROUTE route)` (aimdb-bench's
 #                                                 b3_on_target runs it under QEMU)
@@ -44,6 +47,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FW_DIR="$ROOT/examples/firmware-qemu"
 BOARD_DIR="$ROOT/examples/firmware-nrf52840"
 BOARD_TARGET=thumbv7em-none-eabihf
+ETH_BOARD_DIR="$ROOT/examples/firmware-stm32f767"
+SIZES_JSON="$ROOT/data/baselines/firmware_size.json"
 FW_NAME=firmware-qemu
 TARGET_DIR="$ROOT/target-fw"
 # check-core builds aimdb-core with different RUSTFLAGS than the firmware;
@@ -304,6 +309,40 @@ cmd_board() {
     echo "board: firmware-nrf52840 builds (framed and mqtt); run it on a board with cargo run --release (probe-rs)"
 }
 
+# The Ethernet board's sizes live on one line of firmware_size.json,
+# `  "board_stm32f767_eth": {...},` right after the opening brace:
+# board-eth rewrites that line, footprint (which rewrites the rest)
+# carries it over.
+board_lines() {
+    [ -f "$SIZES_JSON" ] && grep -E '^  "board_[a-z0-9_]+": \{.*\},$' "$SIZES_JSON" || true
+}
+
+cmd_board_eth() {
+    select_toolchain
+    if [ "$ROUTE" = rustup ] && ! rustup target list --installed | grep -qx "$BOARD_TARGET"; then
+        die "rustup has no $BOARD_TARGET: rustup target add $BOARD_TARGET (or FW_TOOLCHAIN=debian)"
+    fi
+    local elf="$TARGET_DIR/$BOARD_TARGET/release/firmware-stm32f767" flash ram rustc_v tmp
+    log "building firmware-stm32f767 for $BOARD_TARGET ($ROUTE route)"
+    # The default broker address: the recorded size does not depend on
+    # whatever AIMDB_BROKER the caller's environment holds.
+    (cd "$ETH_BOARD_DIR" && env -u AIMDB_BROKER "${CARGO_CMD[@]}" build --release \
+        --target "$BOARD_TARGET" --target-dir ../../target-fw "${BUILD_STD[@]}")
+    print_sizes "$elf"
+    read -r flash ram < <(size_of "$elf")
+    if [ "$ROUTE" = debian ]; then rustc_v=$("$DEBIAN_RUSTC" --version); else rustc_v=$(rustc --version); fi
+    [ -f "$SIZES_JSON" ] || die "${SIZES_JSON#"$ROOT"/} missing: run scripts/firmware.sh footprint first"
+    tmp=$(mktemp)
+    {
+        echo "{"
+        echo "  \"board_stm32f767_eth\": { \"target\": \"$BOARD_TARGET\", \"toolchain\": \"$rustc_v ($ROUTE route, opt-level s, lto)\", \"flash_bytes\": $flash, \"static_ram_bytes\": $ram },"
+        sed -e '1{/^{$/d}' -e '/^  "board_stm32f767_eth": /d' "$SIZES_JSON"
+    } >"$tmp"
+    mv "$tmp" "$SIZES_JSON"
+    echo "board-eth: firmware-stm32f767 ($BOARD_TARGET, MQTT over embassy-net): flash $flash B, static RAM $ram B"
+    echo "wrote ${SIZES_JSON#"$ROOT"/}; run it on a NUCLEO-F767ZI with cargo run --release (probe-rs)"
+}
+
 cmd_b3() {
     parse_cpu "$@"
     build_firmware "$TARGET" --bin b3 >&2
@@ -347,8 +386,12 @@ cmd_footprint() {
     per_out=$(awk -v a="$b_ram" -v b="$o_ram" -v n="$base" 'BEGIN { printf "%.1f", (b - a) / n }')
     per_in=$(awk -v a="$b_ram" -v b="$i_ram" -v n="$base" 'BEGIN { printf "%.1f", (b - a) / n }')
     if [ "$ROUTE" = debian ]; then rustc_v=$("$DEBIAN_RUSTC" --version); else rustc_v=$(rustc --version); fi
-    cat >"$out" <<JSON
-{
+    local boards
+    boards=$(board_lines)
+    {
+        echo "{"
+        [ -z "$boards" ] || printf '%s\n' "$boards"
+        cat <<JSON
   "bench": "firmware_size",
   "date": "$(date -u +%Y-%m-%d)",
   "toolchain": "$rustc_v ($ROUTE route, opt-level s, lto)",
@@ -370,6 +413,7 @@ cmd_footprint() {
   "target_ram_per_outbound_route_bytes": 32
 }
 JSON
+    } >"$out"
     echo "device ($target): flash $dev_flash B, static RAM $dev_ram B"
     echo "device-mqtt ($target): flash $mq_flash B, static RAM $mq_ram B (MQTT RX $mq_rx + TX $mq_tx B included; target <= $mq_budget B: the framed device + buffers + 2 KiB)"
     echo "RAM per outbound route: $per_out B (target < 32); per inbound route: $per_in B"
@@ -546,6 +590,12 @@ cmd_check_core() {
         (cd "$ROOT" && RUSTFLAGS="$flags" "${CARGO_CMD[@]}" build -p aimdb-connectors --lib \
             --no-default-features --features mqtt --release --target "$target" \
             --target-dir "$CHECK_TARGET_DIR" "${BUILD_STD[@]}")
+        # And with the embassy-net TcpConnect (smoltcp): about 12 s more
+        # per target on top of the build above.
+        log "aimdb-connectors --lib --no-default-features --features mqtt,embassy-net for $target ($ROUTE route)"
+        (cd "$ROOT" && RUSTFLAGS="$flags" "${CARGO_CMD[@]}" build -p aimdb-connectors --lib \
+            --no-default-features --features mqtt,embassy-net --release --target "$target" \
+            --target-dir "$CHECK_TARGET_DIR" "${BUILD_STD[@]}")
     done
 
     # 2. No allocator: the v6m firmware links without a #[global_allocator].
@@ -586,7 +636,7 @@ cmd_check_core() {
         "$cargo_host" tree -p aimdb-core -e normal,no-proc-macro \
             --no-default-features --target thumbv6m-none-eabi --prefix none -f '{p} [{f}]'
         "$cargo_host" tree -p aimdb-connectors -e normal,no-proc-macro \
-            --no-default-features --features mqtt --target thumbv6m-none-eabi --prefix none -f '{p} [{f}]'
+            --no-default-features --features mqtt,embassy-net --target thumbv6m-none-eabi --prefix none -f '{p} [{f}]'
     } | sed 's/ (\*)$//' | sort -u)
     bad=$(awk '
         BEGIN { n = split("serde_json tokio mio socket2 libc std loom proptest futures-executor", d, " ");
@@ -604,7 +654,7 @@ cmd_check_core() {
         printf '%s\n' "$bad" >&2
         die "aimdb-core --no-default-features pulls in std/alloc (see above)"
     fi
-    echo "dependency tree (aimdb-core; aimdb-connectors with mqtt): $(wc -l <<<"$flat") crates for thumbv6m-none-eabi, none std-only, no std/alloc feature enabled"
+    echo "dependency tree (aimdb-core; aimdb-connectors with mqtt,embassy-net): $(wc -l <<<"$flat") crates for thumbv6m-none-eabi, none std-only, no std/alloc feature enabled"
     echo "check-core: OK ($ROUTE route)"
 }
 
@@ -620,6 +670,7 @@ case "$sub" in
     footprint) [ $# -eq 0 ] || die "footprint takes no arguments"; cmd_footprint ;;
     b3) cmd_b3 "$@" ;;
     board) [ $# -eq 0 ] || die "board takes no arguments"; cmd_board ;;
+    board-eth) [ $# -eq 0 ] || die "board-eth takes no arguments"; cmd_board_eth ;;
     smoke-fail) cmd_smoke_fail "$@" ;;
     fresh-crate) [ $# -eq 0 ] || die "fresh-crate takes no arguments"; cmd_fresh_crate ;;
     -h|--help|help) usage ;;

@@ -15,6 +15,7 @@
 //! | [`loopback`] | an in-memory duplex pair, for tests and benches | always |
 //! | [`connect`] | [`Connect`]: opens a connection (two halves) for both reconnecting connectors | always |
 //! | [`reconnect`] | the backoff and policy both reconnecting connectors use | always |
+//! | `embassy_net` | `TcpConnect`: an embassy-net `TcpSocket` as a [`Connect`], caller-provided buffers, no heap | `embassy-net` |
 //! | `tokio_io` | tokio streams as `embedded-io-async` halves, `TcpConnect`, `UnixConnect`, `TokioDelay`, `run_on_thread` | `tokio` |
 //! | `fault` | a transport wrapper that splits, stalls and closes on a plan, for tests | `testing` |
 //!
@@ -117,6 +118,8 @@ extern crate std;
 mod log_shim;
 
 pub mod connect;
+#[cfg(feature = "embassy-net")]
+pub mod embassy_net;
 #[cfg(feature = "testing")]
 pub mod fault;
 pub mod framed;
