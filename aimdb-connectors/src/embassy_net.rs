@@ -36,8 +36,8 @@
 //!
 //! ```no_run
 //! use aimdb_connectors::embassy_net::TcpConnect;
-//! use aimdb_connectors::framed::{Counters, Framed};
-//! use aimdb_connectors::reconnect::{Backoff, Reconnect, Stopped};
+//! use aimdb_connectors::framed::{self, Counters, Framed};
+//! use aimdb_connectors::reconnect::{Backoff, Stopped};
 //! use aimdb_core::codec::Postcard;
 //! use aimdb_core::inbound::Dispatch;
 //! use aimdb_core::outbound::{self, Routes};
@@ -63,14 +63,19 @@
 //!         .keep_alive(Duration::from_secs(3));
 //!
 //!     let mut status = outbound::Link::new(STATUS.subscribe().unwrap(), "dev/status", Postcard);
-//!     let (mut payload, mut topic) = ([0u8; 16], [0u8; 0]);
-//!     let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload, &mut topic);
+//!     let mut payload = [0u8; 16];
+//!     let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload);
 //!     b.link(&mut status);
 //!     let mut routes = b.build().unwrap();
 //!     let mut dispatch = Dispatch::<1, 1>::builder().build().unwrap();
-//!     let backoff = Backoff { min_ms: 200, max_ms: 5_000 };
+//!     let mut config = framed::Config::new();
+//!     config.backoff = Backoff {
+//!         min: core::time::Duration::from_millis(200),
+//!         max: core::time::Duration::from_secs(5),
+//!     };
 //!     Framed::<64, 128>::with_sizes(&LINK)
-//!         .run_reconnecting(connect, Delay, Reconnect::Always, backoff, &mut dispatch, &mut routes)
+//!         .with_config(config)
+//!         .run_reconnecting(connect, Delay, &mut dispatch, &mut routes)
 //!         .await
 //! }
 //! # fn main() {}

@@ -23,6 +23,89 @@
 //! (`mqtt::TlsConnect`, rustls), `log` / `defmt` (the crate's logging
 //! shim; `log` wins when both are on). Every combination builds.
 //!
+//! ## Record → MQTT
+//!
+//! A record written anywhere in the program, published by the MQTT
+//! connector (retained, QoS 1: a `Latest` record's defaults). On
+//! **tokio** (features `mqtt`, `tokio`), the connector is a spawned task
+//! and any thread writes:
+//!
+//! ```no_run
+//! # #[cfg(all(feature = "mqtt", feature = "tokio"))]
+//! # mod example {
+//! use aimdb_connectors::mqtt::{Config, Counters, Mqtt, Parts};
+//! use aimdb_connectors::tokio_io::{TcpConnect, TokioDelay};
+//! use aimdb_core::codec::Postcard;
+//! use aimdb_core::{inbound::Dispatch, outbound::{Link, Routes}};
+//! use aimdb_core::record::{Latest, Record};
+//! use aimdb_core::sync::{HostRawMutex, Readiness};
+//!
+//! static TEMP: Record<HostRawMutex, Latest<i16>, 1> = Record::new("temp");
+//! static READY: Readiness<1> = Readiness::new();
+//! static COUNTERS: Counters = Counters::new();
+//!
+//! #[tokio::main]
+//! async fn main() {
+//!     tokio::spawn(async {
+//!         let mut temp = Link::new(TEMP.subscribe().unwrap(), "sensors/temp", Postcard);
+//!         let mut payload = [0u8; 16];
+//!         let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload);
+//!         b.link(&mut temp);
+//!         let mut routes = b.build().unwrap();
+//!         let mut dispatch = Dispatch::<1, 1>::builder().build().unwrap();
+//!         let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
+//!         let connect = TcpConnect::new("127.0.0.1:1883");
+//!         let parts = Parts { connect, delay: TokioDelay, rx: &mut rx, tx: &mut tx, counters: &COUNTERS };
+//!         let mut mqtt = Mqtt::new(Config::new("sensor-1"), parts).unwrap();
+//!         mqtt.run(&mut dispatch, &mut routes).await
+//!     });
+//!     std::thread::spawn(|| TEMP.write(215)).join().unwrap(); // → sensors/temp
+//! }
+//! # }
+//! # fn main() {}
+//! ```
+//!
+//! On **embassy** (features `mqtt`, `embassy-net`), the same tables in a
+//! task, the records over `CriticalSectionRawMutex`, the broker reached
+//! through the firmware's embassy-net stack:
+//!
+//! ```no_run
+//! # #[cfg(all(feature = "mqtt", feature = "embassy-net"))]
+//! # mod example {
+//! use aimdb_connectors::embassy_net::TcpConnect;
+//! use aimdb_connectors::mqtt::{Config, Counters, Mqtt, Parts};
+//! use aimdb_core::codec::Postcard;
+//! use aimdb_core::{inbound::Dispatch, outbound::{Link, Routes}};
+//! use aimdb_core::record::{Latest, Record};
+//! use aimdb_core::sync::Readiness;
+//! use embassy_net::{Ipv4Address, Stack};
+//! use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+//!
+//! static TEMP: Record<Cs, Latest<i16>, 1> = Record::new("temp");
+//! static READY: Readiness<1> = Readiness::new();
+//! static COUNTERS: Counters = Counters::new();
+//!
+//! /// An `#[embassy_executor::task]`'s body; `TEMP.write(215)` in any
+//! /// task or interrupt is published on `sensors/temp`.
+//! pub async fn mqtt_task(stack: Stack<'static>) {
+//!     let mut temp = Link::new(TEMP.subscribe().unwrap(), "sensors/temp", Postcard);
+//!     let mut payload = [0u8; 16];
+//!     let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload);
+//!     b.link(&mut temp);
+//!     let mut routes = b.build().unwrap();
+//!     let mut dispatch = Dispatch::<1, 1>::builder().build().unwrap();
+//!     let (mut sock_rx, mut sock_tx) = ([0u8; 512], [0u8; 512]);
+//!     let broker = (Ipv4Address::new(192, 0, 2, 1), 1883);
+//!     let connect = TcpConnect::new(stack, broker, &mut sock_rx, &mut sock_tx);
+//!     let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
+//!     let parts = Parts { connect, delay: embassy_time::Delay, rx: &mut rx, tx: &mut tx, counters: &COUNTERS };
+//!     let mut mqtt = Mqtt::new(Config::new("sensor-1"), parts).unwrap();
+//!     mqtt.run(&mut dispatch, &mut routes).await;
+//! }
+//! # }
+//! # fn main() {}
+//! ```
+//!
 //! ## On a host
 //!
 //! See `tokio_io` for a framed connector over TCP `tokio::spawn`ed on the

@@ -24,6 +24,8 @@
 //!   transport into records by exact topic, pattern or key.
 //! - [`outbound`]: `Routes` turns record writes into messages the transport
 //!   pulls with `next()`: one task per connector, never one per route.
+//! - [`connector`]: the contract a transport implements against, which
+//!   both tables implement: the message, the rejection, the counters.
 //! - [`sync`]: the readiness bitmap the outbound path is built on (route
 //!   bits, and the transport's waker parked in its summary word); the only
 //!   module with `unsafe`.
@@ -83,6 +85,54 @@
 //! binary, or the link fails with `undefined symbol:
 //! _critical_section_1_0_acquire`. Records over `sync::HostRawMutex`
 //! (feature `std`) need none.
+//!
+//! ## Record → MQTT
+//!
+//! With `aimdb-connectors` (its crate docs compile both of these): on
+//! **tokio** (features `mqtt`, `tokio`) the connector is a spawned task,
+//! records are written from any thread, and a `Latest` record is
+//! published retained at QoS 1:
+//!
+//! ```ignore
+//! static TEMP: Record<HostRawMutex, Latest<i16>, 1> = Record::new("temp");
+//! static READY: Readiness<1> = Readiness::new();
+//! static COUNTERS: mqtt::Counters = mqtt::Counters::new();
+//!
+//! tokio::spawn(async {
+//!     let mut temp = outbound::Link::new(TEMP.subscribe().unwrap(), "sensors/temp", Postcard);
+//!     let mut payload = [0u8; 16];
+//!     let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload);
+//!     b.link(&mut temp);
+//!     let mut routes = b.build().unwrap();
+//!     let mut dispatch = Dispatch::<1, 1>::builder().build().unwrap();
+//!     let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
+//!     let connect = tokio_io::TcpConnect::new("127.0.0.1:1883");
+//!     let parts = mqtt::Parts { connect, delay: TokioDelay, rx: &mut rx, tx: &mut tx, counters: &COUNTERS };
+//!     let mut mqtt = Mqtt::new(mqtt::Config::new("sensor-1"), parts).unwrap();
+//!     mqtt.run(&mut dispatch, &mut routes).await
+//! });
+//! std::thread::spawn(|| TEMP.write(215)); // → sensors/temp
+//! ```
+//!
+//! On **embassy** (features `mqtt`, `embassy-net`) the same tables live in
+//! a task, the records over `CriticalSectionRawMutex`, and the broker is
+//! reached through the firmware's embassy-net stack:
+//!
+//! ```ignore
+//! static TEMP: Record<CriticalSectionRawMutex, Latest<i16>, 1> = Record::new("temp");
+//!
+//! #[embassy_executor::task]
+//! async fn mqtt_task(stack: embassy_net::Stack<'static>) {
+//!     // `temp`, `routes`, `dispatch` as above.
+//!     let (mut sock_rx, mut sock_tx) = ([0u8; 512], [0u8; 512]);
+//!     let broker = (Ipv4Address::new(192, 0, 2, 1), 1883);
+//!     let connect = aimdb_connectors::embassy_net::TcpConnect::new(stack, broker, &mut sock_rx, &mut sock_tx);
+//!     let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
+//!     let parts = mqtt::Parts { connect, delay: embassy_time::Delay, rx: &mut rx, tx: &mut tx, counters: &COUNTERS };
+//!     let mut mqtt = Mqtt::new(mqtt::Config::new("sensor-1"), parts).unwrap();
+//!     mqtt.run(&mut dispatch, &mut routes).await;
+//! }
+//! ```
 //!
 //! ## Example: the whole path
 //!
