@@ -482,57 +482,13 @@ fn a_kept_ready_gives_the_same_message_until_a_route_is_polled() {
     assert_eq!((m.route, m.topic, m.payload), (1, "t", &[7u8][..]));
 }
 
+/// Retain and QoS follow the record's kind unless the link sets them,
+/// each independently of the other.
 #[test]
-fn qos_follows_the_kind_unless_the_link_sets_it() {
-    use crate::connector::QoS;
+fn retain_and_qos_follow_the_kind_unless_the_link_sets_them() {
+    use crate::connector::QoS::{self, AtLeastOnce, AtMostOnce, ExactlyOnce};
     let state: &'static Record<Cs, Latest<u16>, 2> = leak(Record::new("state"));
-    let stream: &'static Record<Cs, Ring<u16, 4>, 2> = leak(Record::new("stream"));
-    let cmd: &'static Record<Cs, Mailbox<u16>, 1> = leak(Record::new("cmd"));
-    let ready: &'static Readiness<1> = leak(Readiness::new());
-    let mut a = Link::new(state.subscribe().unwrap(), "s", Postcard);
-    let mut b = Link::new(stream.subscribe().unwrap(), "r", Postcard);
-    let mut c = Link::new(cmd.subscribe().unwrap(), "c", Postcard);
-    let mut d = Link::new(stream.subscribe().unwrap(), "r0", Postcard).qos(QoS::AtMostOnce);
-    let mut e = Link::new(state.subscribe().unwrap(), "s2", Postcard)
-        .retained(false)
-        .qos(QoS::ExactlyOnce);
-    let mut p = [0u8; 16];
-    let mut bld = Routes::<_, 1, 8>::builder(ready, &mut p);
-    bld.link(&mut a)
-        .link(&mut b)
-        .link(&mut c)
-        .link(&mut d)
-        .link(&mut e);
-    let mut routes = bld.build().unwrap();
-    state.write(1);
-    stream.write(2);
-    cmd.write(3);
-    let mut seen = Vec::new();
-    let mut cx = Context::from_waker(Waker::noop());
-    while let Poll::Ready(m) = routes.poll_next(&mut cx) {
-        seen.push((std::string::String::from(m.topic), m.qos, m.retain));
-    }
-    seen.sort();
-    let want: Vec<(std::string::String, QoS, bool)> = [
-        ("c", QoS::AtLeastOnce, false),
-        ("r", QoS::AtLeastOnce, false),
-        ("r0", QoS::AtMostOnce, false),
-        ("s", QoS::AtLeastOnce, true),
-        ("s2", QoS::ExactlyOnce, false),
-    ]
-    .iter()
-    .map(|&(t, q, r)| (std::string::String::from(t), q, r))
-    .collect();
-    assert_eq!(
-        seen, want,
-        "a QoS set on a link leaves its retain flag, and the reverse"
-    );
-}
-
-#[test]
-fn latest_routes_are_retained_streams_and_commands_are_not() {
-    let state: &'static Record<Cs, Latest<u16>, 1> = leak(Record::new("state"));
-    let stream: &'static Record<Cs, Ring<u16, 4>, 2> = leak(Record::new("stream"));
+    let stream: &'static Record<Cs, Ring<u16, 4>, 3> = leak(Record::new("stream"));
     let cmd: &'static Record<Cs, Mailbox<u16>, 1> = leak(Record::new("cmd"));
     let quiet: &'static Record<Cs, Latest<u16>, 1> = leak(Record::new("quiet"));
     let ready: &'static Readiness<1> = leak(Readiness::new());
@@ -541,13 +497,19 @@ fn latest_routes_are_retained_streams_and_commands_are_not() {
     let mut c = Link::new(cmd.subscribe().unwrap(), "c", Postcard);
     let mut d = Link::new(quiet.subscribe().unwrap(), "q", Postcard).retained(false);
     let mut e = Link::new(stream.subscribe().unwrap(), "r2", Postcard).retained(true);
+    let mut f = Link::new(stream.subscribe().unwrap(), "r0", Postcard).qos(AtMostOnce);
+    let mut g = Link::new(state.subscribe().unwrap(), "s2", Postcard)
+        .retained(false)
+        .qos(ExactlyOnce);
     let mut p = [0u8; 16];
     let mut bld = Routes::<_, 1, 8>::builder(ready, &mut p);
     bld.link(&mut a)
         .link(&mut b)
         .link(&mut c)
         .link(&mut d)
-        .link(&mut e);
+        .link(&mut e)
+        .link(&mut f)
+        .link(&mut g);
     let mut routes = bld.build().unwrap();
     state.write(1);
     stream.write(2);
@@ -556,18 +518,20 @@ fn latest_routes_are_retained_streams_and_commands_are_not() {
     let mut seen = Vec::new();
     let mut cx = Context::from_waker(Waker::noop());
     while let Poll::Ready(m) = routes.poll_next(&mut cx) {
-        seen.push((std::string::String::from(m.topic), m.retain));
+        seen.push((std::string::String::from(m.topic), m.retain, m.qos));
     }
     seen.sort();
-    let want: Vec<(std::string::String, bool)> = [
-        ("c", false),
-        ("q", false),
-        ("r", false),
-        ("r2", true),
-        ("s", true),
+    let want: Vec<(std::string::String, bool, QoS)> = [
+        ("c", false, AtLeastOnce),
+        ("q", false, AtLeastOnce),
+        ("r", false, AtLeastOnce),
+        ("r0", false, AtMostOnce),
+        ("r2", true, AtLeastOnce),
+        ("s", true, AtLeastOnce),
+        ("s2", false, ExactlyOnce),
     ]
     .iter()
-    .map(|&(t, r)| (std::string::String::from(t), r))
+    .map(|&(t, r, q)| (std::string::String::from(t), r, q))
     .collect();
     assert_eq!(seen, want);
 }
