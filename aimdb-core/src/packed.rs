@@ -51,6 +51,11 @@ impl Packed {
         Self(self.0 & !(SET | ON) | SET | if on { ON } else { 0 })
     }
 
+    /// Whether the flag is set and on (`flag() == Some(true)`, one test).
+    pub(crate) const fn on(self) -> bool {
+        self.0 & ON != 0
+    }
+
     /// The choice, 1 to 3, or 0 if none was made.
     pub(crate) const fn choice(self) -> u32 {
         (self.0 & CHOICE) >> CHOICE_SHIFT

@@ -244,8 +244,13 @@ pub trait Route: sealed::Sealed {
         cx: &mut Context<'_>,
         out: &mut Out<'_>,
     ) -> Poll<Result<bool, RouteError>>;
-    /// Values skipped by errors on this route (wraps at 2^30 for [`Link`]).
+    /// Values skipped by errors on this route (wraps at 2^28 for [`Link`]).
     fn errors(&self) -> u32;
+    /// Fixes the route's defaults that depend on its record's kind (retain,
+    /// QoS), once, when a table links it, so a pull copies them instead of
+    /// deciding them.
+    #[doc(hidden)]
+    fn settle(&mut self) {}
     /// Re-arms the source's current value (see
     /// [`crate::record::Reader::replay`]).
     fn replay(&mut self) {}
@@ -260,6 +265,23 @@ pub trait Route: sealed::Sealed {
         QoS::AtLeastOnce
     }
 }
+
+/// A link's packed QoS choice: 1 to 3 (0: the kind's default).
+const fn choice(qos: QoS) -> u32 {
+    match qos {
+        QoS::AtMostOnce => 1,
+        QoS::AtLeastOnce => 2,
+        QoS::ExactlyOnce => 3,
+    }
+}
+
+/// The QoS of each choice (0 is never read once a link is settled).
+const QOS_BY_CHOICE: [QoS; 4] = [
+    QoS::AtLeastOnce,
+    QoS::AtMostOnce,
+    QoS::AtLeastOnce,
+    QoS::ExactlyOnce,
+];
 
 /// The QoS of a route over a record of kind `kind` unless its link sets
 /// one ([`Link::qos`]): at least once for every kind; the reasons are on
@@ -337,11 +359,7 @@ impl<S, Tp, E, K> Link<S, Tp, E, K> {
     /// [`default_qos`] of the record's kind.
     #[must_use]
     pub const fn qos(mut self, qos: QoS) -> Self {
-        self.errors = self.errors.with_choice(match qos {
-            QoS::AtMostOnce => 1,
-            QoS::AtLeastOnce => 2,
-            QoS::ExactlyOnce => 3,
-        });
+        self.errors = self.errors.with_choice(choice(qos));
         self
     }
 }
@@ -401,11 +419,14 @@ where
 
     fn qos(&self) -> QoS {
         match self.errors.choice() {
-            1 => QoS::AtMostOnce,
-            2 => QoS::AtLeastOnce,
-            3 => QoS::ExactlyOnce,
-            _ => default_qos(self.source.kind()),
+            0 => default_qos(self.source.kind()),
+            c => QOS_BY_CHOICE[c as usize],
         }
+    }
+
+    fn settle(&mut self) {
+        let (retain, qos) = (Route::retain(self), Route::qos(self));
+        self.errors = self.errors.with_flag(retain).with_choice(choice(qos));
     }
 }
 
@@ -442,8 +463,9 @@ where
             Payload::Owned => (0, true),
         };
         p.lagged = lagged;
-        p.retain = Route::retain(self);
-        p.qos = Route::qos(self);
+        // Settled when the table linked this route: copied, not decided.
+        p.retain = self.errors.on();
+        p.qos = QOS_BY_CHOICE[self.errors.choice() as usize];
         Ok(())
     }
 }

@@ -488,7 +488,12 @@ where
         };
         if let Some(error) = err {
             self.errors.push(index, name, error);
-        } else if urgent {
+            return self;
+        }
+        if let Some(r) = self.routes.routes.last_mut() {
+            r.settle();
+        }
+        if urgent {
             self.routes.urgent += 1;
         }
         self
