@@ -102,10 +102,9 @@ where
     routes: heapless::Vec<Entry<'a, D>, N>,
     /// Exact-topic buckets, [`BUCKETS`] per route slot (8 bytes a slot).
     /// With one bucket a slot a full table has about one colliding route
-    /// per two lookups, and passing over it reads a `Entry` that is rarely
-    /// in cache: b1_inbound_dispatch exact at 4096 routes measured 1.14 ×
-    /// its 8-route cell with one bucket, 1.10 with two, 1.06–1.09 with four
-    /// (AMD EPYC, 2 cores), for 6 bytes more per route slot.
+    /// per two lookups, and passing over it reads an `Entry` that is rarely
+    /// in cache; four keep exact dispatch at 4096 routes within 10 % of 8
+    /// routes (`b1_inbound_dispatch`), for 6 bytes more per route slot.
     exact: [[u16; BUCKETS]; N],
     nodes: heapless::Vec<Node<'a>, NODES>,
     edges: [u16; NODES],

@@ -3,14 +3,11 @@
 //! on, and [`HostRawMutex`] (feature `std`), the per-record lock for
 //! threaded hosts.
 //!
-//! There is no separate waker-slot type any more: a record keeps its
-//! readers' wakers under its own lock (one critical section per read, see
+//! There is no separate waker-slot type: a record keeps its readers'
+//! wakers under its own lock (one critical section per read, see
 //! `record`), and the transport's waker is parked through the readiness
 //! summary word (`PARKED`, with an episode count guarding the waker cell),
-//! which saved the separate slot's atomics on every parked message (b1
-//! `parked`, see `aimdb-bench/README.md`). The design's "one waker-slot
-//! type" (`docs/ARCHITECTURE.md`) became these two uses, each of which the
-//! slot only made slower.
+//! which spares a separate slot's atomics on every parked message.
 //!
 //! Everything `unsafe` in `aimdb-core` lives below this module, behind safe
 //! APIs; every block carries a `// SAFETY:` argument. The routing modules

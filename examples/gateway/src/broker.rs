@@ -4,9 +4,10 @@
 //! end-to-end run starts one with persistence ([`start_persistent`]) and
 //! restarts it mid-run ([`Broker::restart`]).
 //!
-//! It used to be rumqttd in-process; that pulled about 170 crates into the
-//! gateway's build, most of the demo's first-run time. mosquitto is what the
-//! tests use anyway, installed by `scripts/install-deps.sh`.
+//! A child process rather than a broker crate in-process: an in-process
+//! broker would pull about 170 crates into the gateway's build, most of the
+//! demo's first-run time; mosquitto is what the tests use anyway, installed
+//! by `scripts/install-deps.sh`.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
