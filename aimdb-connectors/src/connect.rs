@@ -109,8 +109,12 @@ where
     type Error = R::Error;
     async fn connect(&mut self) -> Result<(&mut R, &mut W), R::Error> {
         let mut junk = [0u8; 32];
+        // Until a read would wait; a closed stream (reads 0 at once) has
+        // nothing left to drain.
         while self.0.read_ready()? {
-            self.0.read(&mut junk).await?;
+            if self.0.read(&mut junk).await? == 0 {
+                break;
+            }
         }
         Ok((&mut self.0, &mut self.1))
     }
@@ -156,5 +160,44 @@ pub(crate) fn io_failure(error: &std::io::Error) -> ConnectFailure {
             ConnectFailure::Unreachable
         }
         _ => ConnectFailure::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loopback::Pair;
+    use embassy_sync::blocking_mutex::raw::NoopRawMutex;
+    use futures::executor::block_on;
+
+    #[test]
+    fn a_pair_of_halves_drains_what_the_last_connection_left_unread() {
+        let pair = Pair::<NoopRawMutex, 128>::new();
+        let (mut peer_rx, mut peer_tx) = pair.b();
+        let mut halves = pair.a();
+        block_on(async {
+            // Half a packet the previous connection never read.
+            peer_tx.write_all(&[0x30; 40]).await.unwrap();
+            let (rx, tx) = halves.connect().await.unwrap();
+            assert_eq!(rx.read_ready(), Ok(false), "left-overs drained");
+            peer_tx.write_all(b"new").await.unwrap();
+            let mut buf = [0u8; 8];
+            assert_eq!(rx.read(&mut buf).await.unwrap(), 3);
+            assert_eq!(&buf[..3], b"new");
+            tx.write_all(b"out").await.unwrap();
+            assert_eq!(peer_rx.read(&mut buf).await.unwrap(), 3);
+        });
+    }
+
+    #[test]
+    fn a_closed_pair_connects_without_draining_for_ever() {
+        let pair = Pair::<NoopRawMutex, 16>::new();
+        let mut halves = pair.a();
+        pair.close();
+        block_on(async {
+            let (rx, _) = halves.connect().await.unwrap();
+            let mut buf = [0u8; 4];
+            assert_eq!(rx.read(&mut buf).await.unwrap(), 0, "still closed");
+        });
     }
 }
