@@ -44,18 +44,16 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-#[path = "b1_outbound_wakeup/bounds.rs"]
-mod bounds;
 #[path = "common/cells.rs"]
 mod cells;
 #[path = "b1_outbound_wakeup/probe.rs"]
 mod probe;
+#[path = "b1_outbound_wakeup/ratios.rs"]
+mod ratios;
 #[path = "b1_outbound_wakeup/xthread.rs"]
 mod xthread;
 
-use aimdb_bench::timing::{
-    allocs, bound_json, cell_json, short, whole_rounds, GatedCounter, Spread, RUNS,
-};
+use aimdb_bench::timing::{allocs, cell_json, short, whole_rounds, GatedCounter, Spread, RUNS};
 use cells::{Cell, Column, Scenario, COLUMNS};
 use serde_json::json;
 
@@ -337,19 +335,16 @@ fn report(
         println!("WARNING: allocation counter positive control read {control}, not 1: allocs/msg are not trustworthy");
     }
 
-    let mut bounds = bounds::bounds(benches);
-    bounds.extend(bounds::xbounds(cross, locks));
-    bounds.extend(bounds::latency_bounds(benches, cross, probe));
-    bounds.extend(bounds::aa_bounds(benches, cross));
-    println!("\nbounds (ratios of medians from this run; informational, never a failure):");
-    for (i, b) in bounds.iter().enumerate() {
-        println!(
-            "  {}. {} (limit {}): {}",
-            i + 1,
-            b.text,
-            b.limit,
-            if b.held { "held" } else { "MISSED" }
-        );
+    let mut ratios = ratios::same_thread(benches);
+    ratios.extend(ratios::cross_thread(cross, locks));
+    ratios.extend(ratios::latency(benches, cross, probe));
+    ratios.extend(ratios::aa_controls(benches, cross));
+    println!(
+        "\nratios of this run (medians, p99 where named; reported, never gated: the A/A range beside a ratio is two identical columns of the same run, so a ratio inside it cannot be told from parity):"
+    );
+    let width = ratios.iter().map(|r| r.name.len()).max().unwrap_or(0);
+    for r in &ratios {
+        println!("  {:<width$}  {:>7.3}  {}", r.name, r.ratio, r.text);
     }
 
     let mut cells: Vec<_> = benches
@@ -398,16 +393,16 @@ fn report(
         j["writer_threads"] = json!(c.threads);
         cells.push(j);
     }
-    let bounds_json: Vec<_> = bounds
+    let ratios_json: Vec<_> = ratios
         .iter()
-        .map(|b| bound_json(b.name, b.ratio, b.limit, b.held))
+        .map(|r| json!({ "name": r.name, "ratio": r.ratio, "text": r.text }))
         .collect();
     let doc = json!({
         "bench": "b1_outbound_wakeup",
         "host": host,
         "runs": RUNS,
         "cells": cells,
-        "bounds": bounds_json,
+        "ratios": ratios_json,
     });
     if std::env::var_os("B1_FILTER").is_some() || scale() != 1.0 {
         println!("B1_FILTER or B1_SCALE set: a partial run, JSON not written");

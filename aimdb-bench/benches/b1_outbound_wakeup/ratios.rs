@@ -1,6 +1,9 @@
-//! The bounds of `b1_outbound_wakeup` (docs/BENCHMARKS.md), read as ratios
-//! of medians (and of p99s for the latency bounds) from one run. Printed,
-//! never enforced: timing does not fail a build.
+//! The ratios `b1_outbound_wakeup` reports: ours against the other designs,
+//! as ratios of medians (and of p99s for latency) from one run, each beside
+//! the A/A range of two identical columns of the same run where there is
+//! one. Reported, never a failure: timing on a shared host cannot hold a
+//! bound tighter than its own noise; the deterministic counterparts gate
+//! in `b2_cells`.
 
 use std::fmt::Write as _;
 
@@ -9,14 +12,12 @@ use aimdb_bench::timing::Spread;
 
 use super::{find, median, probe, xthread, Bench, ROUTES};
 
-/// One bound: what it reads, the ratio measured, its limit, whether it
-/// held.
-pub struct Bound {
+/// One ratio: its name (the JSON key), what it reads with its per-count
+/// detail and A/A range, and its worst value over the counts.
+pub struct Ratio {
     pub name: &'static str,
     pub text: String,
     pub ratio: f64,
-    pub limit: f64,
-    pub held: bool,
 }
 
 /// Worst (largest) ratio `a / b` over `counts`, with per-count detail.
@@ -151,7 +152,7 @@ impl Figure {
 /// counts, and as `ratio` the largest factor between the two identical
 /// columns, `max(hi, 1 / lo)`. A parity bound that reads inside that
 /// factor cannot be told from parity in this run.
-pub fn aa_bounds(benches: &[Bench], cross: &[xthread::Cell]) -> Vec<Bound> {
+pub fn aa_controls(benches: &[Bench], cross: &[xthread::Cell]) -> Vec<Ratio> {
     use xthread::Producer::{Thread, Worker};
     use Figure::{Median, P99};
     let same = [
@@ -177,20 +178,18 @@ pub fn aa_bounds(benches: &[Bench], cross: &[xthread::Cell]) -> Vec<Bound> {
         .filter_map(|(name, what, range)| {
             let (lo, hi) = range?;
             let factor = hi.max(1.0 / lo);
-            Some(Bound {
+            Some(Ratio {
                 name,
                 text: format!(
-                    "A/A control, {what}: task_per_route_control / task_per_route {lo:.3}-{hi:.3} over the counts, two identical columns {factor:.3} x apart at most (informational, no bound)"
+                    "A/A control, {what}: task_per_route_control / task_per_route {lo:.3}-{hi:.3} over the counts, two identical columns {factor:.3} x apart at most "
                 ),
                 ratio: factor,
-                limit: f64::INFINITY,
-                held: true,
             })
         })
         .collect()
 }
 
-pub fn bounds(benches: &[Bench]) -> Vec<Bound> {
+pub fn same_thread(benches: &[Bench]) -> Vec<Ratio> {
     use Column::*;
     use Scenario::*;
     let mut v = Vec::new();
@@ -211,35 +210,29 @@ pub fn bounds(benches: &[Bench]) -> Vec<Bound> {
         (Some(a), Some(b)) => format!(" [task_per_route 4096 / 8 in this run: {:.3}]", a / b),
         _ => String::new(),
     };
-    v.push(Bound {
+    v.push(Ratio {
         name: "parked_outbound_routes_4096_vs_8",
         text: format!("parked: outbound_routes at 4096 routes / at 8 routes = {r1:.3}{t1}"),
         ratio: r1,
-        limit: 1.05,
-        held: r1 <= 1.05,
     });
 
     let (r2, n2, d2) = worst_ratio(benches, Parked, OutboundRoutes, TaskPerRoute, &ROUTES);
-    v.push(Bound {
+    v.push(Ratio {
         name: "parked_outbound_routes_vs_task_per_route",
         text: format!(
             "parked: outbound_routes / task_per_route, worst {r2:.3} at {n2} routes (per count:{d2}){}",
             aa(aa_same(|c, n| Figure::Median.same(benches, c, n)))
         ),
         ratio: r2,
-        limit: 1.10,
-        held: r2 <= 1.10,
     });
 
     let (r3, n3, d3) = worst_ratio(benches, Parked, OutboundRoutes, Floor, &ROUTES);
-    v.push(Bound {
+    v.push(Ratio {
         name: "parked_outbound_routes_vs_floor",
         text: format!(
             "parked: outbound_routes / floor, worst {r3:.3} at {n3} routes (per count:{d3})"
         ),
         ratio: r3,
-        limit: 1.5,
-        held: r3 <= 1.5,
     });
 
     let (r4, n4, d4) = worst_ratio(benches, AllBusy, OutboundRoutes, Scan, &[256, 1024, 4096]);
@@ -250,14 +243,12 @@ pub fn bounds(benches: &[Bench]) -> Vec<Bound> {
         TaskPerRoute,
         &[256, 1024, 4096],
     );
-    v.push(Bound {
+    v.push(Ratio {
         name: "all_busy_outbound_routes_vs_scan_256_up",
         text: format!(
             "all_busy: outbound_routes / scan at >= 256 routes, worst {r4:.3} at {n4} (per count:{d4}; / task_per_route, worst {t4:.3}:{dt4})"
         ),
         ratio: r4,
-        limit: 1.4,
-        held: r4 <= 1.4,
     });
 
     let r5 = benches
@@ -265,12 +256,10 @@ pub fn bounds(benches: &[Bench]) -> Vec<Bound> {
         .filter(|b| b.cell.column == OutboundRoutes && !b.skipped)
         .map(|b| b.allocs_per_msg)
         .fold(0.0, f64::max);
-    v.push(Bound {
+    v.push(Ratio {
         name: "outbound_routes_zero_allocs",
         text: format!("outbound_routes: allocations per message, max over cells = {r5}"),
         ratio: r5,
-        limit: 0.0,
-        held: r5 == 0.0,
     });
     v
 }
@@ -305,16 +294,14 @@ fn xworst(
     (worst, detail)
 }
 
-pub fn xbounds(cross: &[xthread::Cell], locks: &[xthread::LockCell]) -> Vec<Bound> {
+pub fn cross_thread(cross: &[xthread::Cell], locks: &[xthread::LockCell]) -> Vec<Ratio> {
     use xthread::{Column as X, Scenario as S};
     let mut v = Vec::new();
-    let mut push = |name: &'static str, what: &str, (r, d): (f64, String), limit: f64| {
-        v.push(Bound {
+    let mut push = |name: &'static str, what: &str, (r, d): (f64, String)| {
+        v.push(Ratio {
             name,
             text: format!("{what}, worst {r:.3} (per producer and count:{d})"),
             ratio: r,
-            limit,
-            held: r <= limit,
         });
     };
     let busy = [256, 1024, 4096];
@@ -329,7 +316,6 @@ pub fn xbounds(cross: &[xthread::Cell], locks: &[xthread::LockCell]) -> Vec<Boun
             X::TaskPerRoute,
             &ROUTES,
         ),
-        1.05,
     );
     push(
         "xthread_parked_outbound_routes_thread_vs_task_per_route",
@@ -341,29 +327,25 @@ pub fn xbounds(cross: &[xthread::Cell], locks: &[xthread::LockCell]) -> Vec<Boun
             X::TaskPerRoute,
             &ROUTES,
         ),
-        0.8,
     );
     push(
         "xthread_parked_outbound_routes_vs_floor",
         "xthread_parked: outbound_routes / floor",
         xworst(cross, S::Parked, X::OutboundRoutes, X::Floor, &ROUTES),
-        1.5,
     );
     push(
         "xthread_parked_outbound_routes_thread_vs_floor",
         "xthread_parked: outbound_routes_thread / floor",
         xworst(cross, S::Parked, X::OutboundRoutesThread, X::Floor, &ROUTES),
-        1.5,
     );
     push(
         "xthread_all_busy_outbound_routes_vs_scan_256_up",
         "xthread_all_busy: outbound_routes / scan at >= 256 routes",
         xworst(cross, S::AllBusy, X::OutboundRoutes, X::Scan, &busy),
-        1.4,
     );
     push(
         "xthread_all_busy_outbound_routes_vs_task_per_route",
-        "xthread_all_busy: outbound_routes / task_per_route (below 1 at every count)",
+        "xthread_all_busy: outbound_routes / task_per_route",
         xworst(
             cross,
             S::AllBusy,
@@ -371,21 +353,18 @@ pub fn xbounds(cross: &[xthread::Cell], locks: &[xthread::LockCell]) -> Vec<Boun
             X::TaskPerRoute,
             &ROUTES[1..],
         ),
-        1.0,
     );
     let zero = cross
         .iter()
         .filter(|c| !c.skipped && matches!(c.column, X::OutboundRoutes | X::OutboundRoutesThread))
         .map(|c| c.allocs_per_msg)
         .fold(0.0, f64::max);
-    v.push(Bound {
+    v.push(Ratio {
         name: "xthread_outbound_routes_zero_allocs",
         text: format!(
             "xthread outbound_routes(_thread): allocations per message (all threads), max over cells = {zero}"
         ),
         ratio: zero,
-        limit: 0.0,
-        held: zero == 0.0,
     });
     let lock = |col: &str, threads: usize| {
         locks
@@ -402,25 +381,21 @@ pub fn xbounds(cross: &[xthread::Cell], locks: &[xthread::LockCell]) -> Vec<Boun
         // Throughput ratio host / global = ns ratio global / host; the bound
         // is stated as "at most" on the inverse, host / global ns <= 0.1.
         let r = h2 / c2;
-        v.push(Bound {
-            name: "host_lock_two_writers_throughput_10x",
+        v.push(Ratio {
+            name: "host_lock_two_writers",
             text: format!(
                 "host_lock, two writer threads: host_raw_mutex ns/write / critical_section = {r:.3} (throughput {:.1} x)",
                 c2 / h2
             ),
             ratio: r,
-            limit: 0.1,
-            held: r <= 0.1,
         });
         let r = h1 / c1;
-        v.push(Bound {
-            name: "host_lock_one_writer_not_slower",
+        v.push(Ratio {
+            name: "host_lock_one_writer",
             text: format!(
                 "host_lock, one writer thread: host_raw_mutex ns/write / critical_section = {r:.3}"
             ),
             ratio: r,
-            limit: 1.0,
-            held: r <= 1.0,
         });
     }
     v
@@ -430,11 +405,7 @@ pub fn xbounds(cross: &[xthread::Cell], locks: &[xthread::LockCell]) -> Vec<Boun
 /// route (same and cross thread), and the urgent probe under load against
 /// the same probe alone; plus, informational, the normal probe's p99
 /// beside a task per route's.
-pub fn latency_bounds(
-    benches: &[Bench],
-    cross: &[xthread::Cell],
-    probe: &[probe::PCell],
-) -> Vec<Bound> {
+pub fn latency(benches: &[Bench], cross: &[xthread::Cell], probe: &[probe::PCell]) -> Vec<Ratio> {
     use probe::{Load, PColumn, Side, PROBE_ROUTES};
     let mut v = Vec::new();
     let p99 = |c, n| Figure::P99.same(benches, c, n);
@@ -445,14 +416,12 @@ pub fn latency_bounds(
         (p99(Column::OutboundRoutes, n), p99(Column::TaskPerRoute, n))
     });
     let control = aa(aa_same(p99));
-    v.push(Bound {
+    v.push(Ratio {
         name: "parked_p99_outbound_routes_vs_task_per_route",
         text: format!(
             "parked p99: outbound_routes / task_per_route, worst {worst:.3} (per count:{detail}){control}"
         ),
         ratio: worst,
-        limit: 1.1,
-        held: worst <= 1.1,
     });
 
     let mut worst = f64::NAN;
@@ -470,14 +439,12 @@ pub fn latency_bounds(
         }
     }
     let control = aa_producers(xp99);
-    v.push(Bound {
+    v.push(Ratio {
         name: "xthread_parked_p99_outbound_routes_vs_task_per_route",
         text: format!(
             "xthread_parked p99: outbound_routes / task_per_route, worst {worst:.3} (per producer and count:{detail}){control}"
         ),
         ratio: worst,
-        limit: 1.1,
-        held: worst <= 1.1,
     });
 
     let pp99 = |side: Side, load: Load, c: PColumn, n: usize| {
@@ -494,14 +461,12 @@ pub fn latency_bounds(
         (Some(a), Some(b)) => a / b,
         _ => f64::NAN,
     };
-    v.push(Bound {
+    v.push(Ratio {
         name: "probe_urgent_4096_busy_vs_idle_p99",
         text: format!(
             "probe_under_load, same thread: urgent probe p99 among 4095 busy routes / alone = {r:.3}"
         ),
         ratio: r,
-        limit: 2.0,
-        held: r <= 2.0,
     });
 
     // Informational lines, no limit: per side, each `(label, a, b)` part
@@ -542,12 +507,10 @@ pub fn latency_bounds(
                 });
             }
         }
-        v.push(Bound {
+        v.push(Ratio {
             name,
-            text: format!("{what} (informational, no bound):{detail}"),
+            text: format!("{what} :{detail}"),
             ratio: f64::NAN,
-            limit: f64::INFINITY,
-            held: true,
         });
     }
     v
