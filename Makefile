@@ -96,6 +96,11 @@ firmware:
 	bash scripts/firmware.sh board-eth
 	$(MAKE) b3
 
+## A gate never skips: a bench whose tool (valgrind, QEMU, the Cortex-M
+## toolchain) is missing fails here, where a plain `cargo bench` would say
+## it skipped it and go on (aimdb-bench/src/tools.rs).
+b3 bench-gate: export AIMDB_BENCH_REQUIRE = 1
+
 ## Instructions per operation on the Cortex-M3 and M0 under QEMU with
 ## instruction counting (deterministic): two runs must agree to the
 ## instruction and no row may be 2 % over data/baselines/b3_on_target.json.

@@ -11,7 +11,9 @@
 //! Operations use values that cycle with period 8, so every batch of 8 costs
 //! the same and the two loops are comparable.
 //!
-//! Exits non-zero if valgrind is missing, a row fails or is missing, a row
+//! Without valgrind it says so and exits 0, or fails when `CI` or
+//! `AIMDB_BENCH_REQUIRE` is set (`aimdb_bench::tools`).
+//! Exits non-zero if a row fails or is missing, a row
 //! has no limit, or a row is more than `suite::TOLERANCE` (2 %) over its limit in
 //! `data/baselines/b2_instructions.json`, or if a 4096-route parked pull
 //! (a normal route, an urgent route: [`FLAT_ROWS`]) costs more than

@@ -16,6 +16,9 @@
 //! instr/op = (ticks(2 * OPS) - ticks(OPS)) / OPS * CAL_INSTR / (cal_ticks(2 * CAL) - cal_ticks(CAL))
 //! ```
 //!
+//! Without `qemu-system-arm` or a Cortex-M toolchain (either route of
+//! `scripts/firmware.sh`) it says which is missing and exits 0, or fails
+//! when `CI` or `AIMDB_BENCH_REQUIRE` is set (`aimdb_bench::tools`).
 //! Exits non-zero if the firmware fails or is missing, the two runs of a
 //! CPU differ in any count, a row is missing, a row has no limit, or a row
 //! is more than [`TOLERANCE`] over its limit in
@@ -38,6 +41,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 use aimdb_bench::gate;
+use aimdb_bench::tools::{self, Tool};
 use serde_json::{json, Value};
 
 /// A row fails when it is more than this fraction over its limit.
@@ -330,6 +334,9 @@ fn qemu_version() -> String {
 }
 
 fn main() -> ExitCode {
+    if let Some(exit) = tools::require("b3_on_target", &[Tool::Qemu, Tool::CortexM]) {
+        return exit;
+    }
     let started = Instant::now();
     let write = std::env::var_os("B3_WRITE_BASELINE").is_some_and(|v| v == "1");
     let icount = std::env::var_os("B3_NO_ICOUNT").is_none_or(|v| v != "1");

@@ -11,6 +11,7 @@ pub mod gate;
 pub mod latency;
 pub mod suite;
 pub mod timing;
+pub mod tools;
 
 /// `target/bench-results/` at the workspace root (or under
 /// `CARGO_TARGET_DIR`), whatever the working directory.

@@ -2,7 +2,8 @@
 //! `b2_cells`): measure every row in a child under callgrind
 //! ([`crate::callgrind`]), rewrite the baseline on request, gate the rows
 //! against it ([`crate::gate`]), let the binary add checks of its own, and
-//! write its JSON.
+//! write its JSON. Without valgrind the parent does none of it
+//! ([`crate::tools`]).
 //!
 //! Environment: `B2_FILTER=text` measures only rows containing `text` (no
 //! JSON, no missing-row check); `B2_WRITE_BASELINE=1` rewrites the
@@ -19,6 +20,7 @@ use serde_json::{json, Map, Value};
 
 use crate::callgrind::{self, Counts};
 use crate::gate;
+use crate::tools::{self, Tool};
 
 /// A row fails when it is more than this fraction over its limit.
 pub const TOLERANCE: f64 = 0.02;
@@ -99,7 +101,12 @@ impl Suite {
 
     /// Runs the parent: measures, gates, calls `extra` with what was
     /// measured, prints, writes the JSON, and gives the exit code.
+    /// Without valgrind it is skipped or fails as [`tools::require`]
+    /// decides; the children never check (valgrind runs them).
     pub fn run(&self, extra: impl FnOnce(&Run) -> Extra) -> ExitCode {
+        if let Some(exit) = tools::require(self.bench, &[Tool::Valgrind]) {
+            return exit;
+        }
         let started = Instant::now();
         let filter = std::env::var("B2_FILTER").ok();
         let write = std::env::var_os("B2_WRITE_BASELINE").is_some_and(|v| v == "1");
