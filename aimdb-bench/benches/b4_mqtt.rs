@@ -34,7 +34,7 @@
 //!   handed over everything, or at the round's time bound; a round
 //!   stopped there is reported as timed out, not as lost).
 //!
-//! Environment: `B4_MESSAGES` per round (default 200,000), `B4_ROUNDS`
+//! Environment: `B4_MESSAGES` per round (default 150,000), `B4_ROUNDS`
 //! (default 3), `B4_ROUND_TIMEOUT_S` (default 10 s + 1 s per 5,000
 //! messages; a round past it is stopped, reported as timed out and left
 //! out of the medians). `B4_FILTER=ours/qos0/1` runs only the cells whose
@@ -90,7 +90,7 @@ fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
 }
 
 fn settings() -> Settings {
-    let msgs = env("B4_MESSAGES").unwrap_or(200_000u32).max(64);
+    let msgs = env("B4_MESSAGES").unwrap_or(150_000u32).max(64);
     Settings {
         msgs,
         rounds: env("B4_ROUNDS").unwrap_or(3usize).max(1),
