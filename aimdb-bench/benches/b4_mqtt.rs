@@ -39,9 +39,11 @@
 //! messages; a round past it is stopped, reported as timed out and left
 //! out of the medians). `B4_FILTER=ours/qos0/1` runs only the cells whose
 //! `client/qosQ/routes` contains the text (for a profiler; no JSON).
-//! Prints one table and writes `target/bench-results/b4_mqtt.json`. Exits
-//! non-zero only when the bench itself cannot run (no mosquitto, a client
-//! that never connects).
+//! Prints one table and writes `target/bench-results/b4_mqtt.json`.
+//! Without mosquitto it says so and exits 0, or fails when `CI` or
+//! `AIMDB_BENCH_REQUIRE` is set (`aimdb_bench::tools`); otherwise it exits
+//! non-zero only when the bench itself cannot run (a client that never
+//! connects).
 
 #[path = "b4_mqtt/broker.rs"]
 mod broker;
@@ -55,6 +57,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aimdb_bench::timing::Spread;
+use aimdb_bench::tools::{self, Tool};
 use broker::{threads_cpu, Broker};
 use publishers::{Client, Job};
 use serde_json::{json, Value};
@@ -266,6 +269,9 @@ impl Cell {
 }
 
 fn main() -> ExitCode {
+    if let Some(exit) = tools::require("b4_mqtt", &[Tool::Mosquitto]) {
+        return exit;
+    }
     let started = Instant::now();
     let set = settings();
     let load = broker::load_average();

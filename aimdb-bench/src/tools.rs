@@ -16,7 +16,7 @@
 //! is there but broken still fails, in the bench itself.
 
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 /// How to install every tool below (`scripts/install-deps.sh`).
@@ -45,6 +45,8 @@ pub enum Tool {
     /// sources (`rust-web-src`) and `ld.lld`. `FW_TOOLCHAIN=rustup|debian`
     /// narrows it to that route, as it does for the script.
     CortexM,
+    /// The mosquitto broker (`b4_mqtt`): [`mosquitto`] finds it.
+    Mosquitto,
 }
 
 impl Tool {
@@ -58,6 +60,7 @@ impl Tool {
                 Ok("debian") => debian_route(),
                 _ => rustup_route() || debian_route(),
             },
+            Tool::Mosquitto => mosquitto().is_some(),
         }
     }
 
@@ -67,6 +70,7 @@ impl Tool {
             Tool::Valgrind => "valgrind not found",
             Tool::Qemu => "qemu-system-arm not found",
             Tool::CortexM => "no Cortex-M toolchain (rustup targets thumbv6m-none-eabi and thumbv7m-none-eabi, or Debian's rustc-web, rust-web-src and lld)",
+            Tool::Mosquitto => "mosquitto not found (in /usr/sbin, /usr/bin, /usr/local/sbin, on PATH, or MOSQUITTO)",
         }
     }
 }
@@ -145,6 +149,33 @@ pub fn require(bench: &str, tools: &[Tool]) -> Option<ExitCode> {
             Some(ExitCode::FAILURE)
         }
     }
+}
+
+/// The mosquitto binary: `MOSQUITTO` if set (and executable), else the
+/// first of `/usr/sbin/mosquitto` (Debian's), `/usr/bin`, `/usr/local/sbin`
+/// and `PATH` that has one. `/usr/sbin` is often not on a user's `PATH`.
+pub fn mosquitto() -> Option<PathBuf> {
+    mosquitto_in(
+        std::env::var_os("MOSQUITTO").as_deref(),
+        &["/usr/sbin", "/usr/bin", "/usr/local/sbin"],
+        std::env::var_os("PATH").as_deref(),
+    )
+}
+
+/// [`mosquitto`] with its inputs: the `MOSQUITTO` value, the fixed
+/// directories, the `PATH` value.
+fn mosquitto_in(chosen: Option<&OsStr>, fixed: &[&str], path: Option<&OsStr>) -> Option<PathBuf> {
+    if let Some(p) = chosen {
+        let p = PathBuf::from(p);
+        return executable(&p).then_some(p);
+    }
+    let listed = path.map(|p| std::env::split_paths(p).collect::<Vec<_>>());
+    fixed
+        .iter()
+        .map(PathBuf::from)
+        .chain(listed.unwrap_or_default())
+        .map(|d| d.join("mosquitto"))
+        .find(|p| executable(p))
 }
 
 /// An executable file named `program` in a directory of `PATH`.
@@ -253,6 +284,51 @@ mod tests {
         assert!(in_dirs(&list(&[&other, &dir]), "tool"));
         assert!(!in_dirs(&list(&[&other]), "tool"));
         assert!(!in_dirs(&list(&[&dir]), "absent"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn mosquitto_is_the_chosen_one_else_the_first_found() {
+        let dir = std::env::temp_dir().join(format!("aimdb-bench-mosq-{}", std::process::id()));
+        let (a, b) = (dir.join("a"), dir.join("b"));
+        for d in [&a, &b] {
+            std::fs::create_dir_all(d).expect("temp dir");
+            let file = d.join("mosquitto");
+            std::fs::write(&file, "#!/bin/sh\n").expect("write");
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755))
+                    .expect("chmod");
+            }
+        }
+        let (a_s, b_s) = (a.to_str().expect("utf-8"), b.to_str().expect("utf-8"));
+        let path = std::env::join_paths([&b]).expect("PATH list");
+        // A fixed directory before `PATH`.
+        assert_eq!(
+            mosquitto_in(None, &["/nonexistent", a_s], Some(&path)),
+            Some(a.join("mosquitto"))
+        );
+        // `PATH` when no fixed directory has one.
+        assert_eq!(
+            mosquitto_in(None, &["/nonexistent"], Some(&path)),
+            Some(b.join("mosquitto"))
+        );
+        // `MOSQUITTO` wins, and only if it is a program.
+        let chosen = b.join("mosquitto");
+        assert_eq!(
+            mosquitto_in(Some(chosen.as_os_str()), &[a_s], None),
+            Some(chosen)
+        );
+        assert_eq!(
+            mosquitto_in(
+                Some(OsStr::new("/nonexistent/mosquitto")),
+                &[a_s, b_s],
+                None
+            ),
+            None
+        );
+        assert_eq!(mosquitto_in(None, &["/nonexistent"], None), None);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

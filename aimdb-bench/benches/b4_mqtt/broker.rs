@@ -1,7 +1,7 @@
 //! The mosquitto b4 publishes through, and CPU time read from `/proc`.
 //!
-//! The broker is the system's `mosquitto` (`MOSQUITTO=/path` picks
-//! another), started on 127.0.0.1 and a free port with its files in a
+//! The broker is the system's `mosquitto` (`aimdb_bench::tools::mosquitto`;
+//! `MOSQUITTO=/path` picks another), started on 127.0.0.1 and a free port with its files in a
 //! temporary directory, and killed by PID when dropped. Its queue to a
 //! client is unbounded (`max_queued_messages 0`): mosquitto otherwise
 //! drops QoS 0 messages for a subscriber more than 1,000 packets behind,
@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use aimdb_bench::tools::{self, Tool};
+
 /// Bound on the broker's start.
 const START_WAIT: Duration = Duration::from_secs(10);
 
@@ -32,22 +34,7 @@ pub struct Broker {
 }
 
 fn binary() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("MOSQUITTO") {
-        return Ok(PathBuf::from(p));
-    }
-    [
-        "/usr/sbin/mosquitto",
-        "/usr/bin/mosquitto",
-        "/usr/local/sbin/mosquitto",
-    ]
-    .iter()
-    .map(PathBuf::from)
-    .find(|p| p.exists())
-    .ok_or_else(|| {
-        "mosquitto not found (or set MOSQUITTO): install the Debian package \
-             `mosquitto` (scripts/install-deps.sh does)"
-            .to_string()
-    })
+    tools::mosquitto().ok_or_else(|| Tool::Mosquitto.missing().to_string())
 }
 
 /// A port on 127.0.0.1 nothing listened on a moment ago.
