@@ -121,10 +121,12 @@ bench-gate:
 	$(CARGO) bench -p aimdb-bench --bench b2_instructions
 	$(CARGO) bench -p aimdb-bench --bench b2_cells
 
-## Timing benches (informational; run by hand on a quiet machine).
+## Timing benches (informational; run by hand on a quiet machine). b4
+## starts a mosquitto on loopback (`make deps` installs it).
 bench:
 	$(CARGO) bench -p aimdb-bench --bench b1_outbound_wakeup
 	$(CARGO) bench -p aimdb-bench --bench b1_inbound_dispatch
+	$(CARGO) bench -p aimdb-bench --bench b4_mqtt
 
 ## Soak (not in `ci`): 1,000,000 messages over 256 routes, framed over TCP
 ## with the fault transport in the path, then MQTT through a mosquitto
