@@ -215,6 +215,7 @@ pub mod codec;
 mod config;
 pub mod connector;
 pub mod inbound;
+pub mod link;
 pub mod outbound;
 pub mod record;
 pub mod sync;

@@ -1,0 +1,267 @@
+//! Link state and presence: whether a connector's peer is there.
+//!
+//! A connector reports its link as a [`LinkState`] written to a record the
+//! application gives it (a `Latest<LinkState>` record implements
+//! [`record::Sink<LinkState>`](crate::record::Sink)). So a task that should
+//! act when the link comes up or goes down awaits that record's reader like
+//! any other, without polling counters, and the same record can be routed
+//! out: linked to an MQTT route with the [`Presence`] codec it becomes a
+//! presence topic.
+//!
+//! # The presence convention
+//!
+//! A node's presence is one retained topic (by convention
+//! `<prefix>/status`) whose payload is a small JSON object:
+//!
+//! ```text
+//! {"status":"online","seq":7}
+//! {"status":"offline","seq":7,"cause":"lost"}
+//! ```
+//!
+//! - `status` is `online`, `offline` or `connecting`;
+//! - `seq` is the **birth sequence**: it grows by one at every new
+//!   connection (every birth), and an `offline` carries the `seq` of the
+//!   birth it ends. A consumer keeps the largest `seq` it has seen and
+//!   ignores an `offline` whose `seq` is smaller: that death belongs to a
+//!   connection a newer birth already replaced;
+//! - `cause` (only on `offline`) says why, see [`Cause`].
+//!
+//! JSON parsers accept the payload with trailing spaces, which an MQTT
+//! will may carry (its length is fixed when the connection opens).
+#![forbid(unsafe_code)]
+
+use core::fmt;
+
+use crate::codec::{Encode, EncodeError};
+
+/// Where a link stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Not up yet: the connector is opening the transport or waiting to
+    /// hear from its peer.
+    #[default]
+    Connecting,
+    /// Up: the peer is there.
+    Online,
+    /// Down, for [`LinkState::cause`].
+    Offline,
+}
+
+/// Why a link went down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Cause {
+    /// Stopped on purpose (a graceful stop).
+    Stopped,
+    /// The peer closed the connection (end of stream, MQTT DISCONNECT).
+    Closed,
+    /// The transport failed (a read or write error).
+    Io,
+    /// The peer stayed silent past its timeout (framed heartbeat timeout,
+    /// MQTT keep-alive or acknowledgement timeout).
+    Silent,
+    /// The peer broke the protocol.
+    Protocol,
+    /// Gone without a goodbye, as the broker saw it: the payload of an
+    /// MQTT will.
+    Lost,
+}
+
+impl Cause {
+    /// The name used in the presence payload.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Stopped => "stopped",
+            Self::Closed => "closed",
+            Self::Io => "io",
+            Self::Silent => "silent",
+            Self::Protocol => "protocol",
+            Self::Lost => "lost",
+        }
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A connector's link: its [`Status`], the birth sequence of the current
+/// (or last) connection, and why it went down.
+///
+/// Serialized (serde) as the presence object of the [module
+/// docs](self); [`Presence`] writes the same bytes without serde on
+/// `no_std`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct LinkState {
+    /// Up, down or on its way.
+    pub status: Status,
+    /// Birth sequence: grows by one with each connection that came up;
+    /// 0 before the first.
+    pub seq: u64,
+    /// Why the link is down; `None` unless [`Status::Offline`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
+}
+
+impl LinkState {
+    /// Opening connection `seq` (the last birth's sequence until it is up).
+    pub const fn connecting(seq: u64) -> Self {
+        Self {
+            status: Status::Connecting,
+            seq,
+            cause: None,
+        }
+    }
+
+    /// Up, with birth sequence `seq`.
+    pub const fn online(seq: u64) -> Self {
+        Self {
+            status: Status::Online,
+            seq,
+            cause: None,
+        }
+    }
+
+    /// Down: the connection of birth `seq` ended for `cause`.
+    pub const fn offline(seq: u64, cause: Cause) -> Self {
+        Self {
+            status: Status::Offline,
+            seq,
+            cause: Some(cause),
+        }
+    }
+
+    /// Whether the link is up.
+    pub const fn is_online(&self) -> bool {
+        matches!(self.status, Status::Online)
+    }
+
+    /// Whether `self` is news after `newest`, by the convention's rule: a
+    /// larger `seq`, or the same `seq` at a later stage (online after
+    /// connecting, offline after online). An `offline` of an older birth
+    /// is not.
+    pub fn supersedes(&self, newest: &LinkState) -> bool {
+        let stage = |s: &LinkState| match s.status {
+            Status::Connecting => 0,
+            Status::Online => 1,
+            Status::Offline => 2,
+        };
+        (self.seq, stage(self)) > (newest.seq, stage(newest))
+    }
+}
+
+/// The presence payload codec: [`LinkState`] as the JSON object of the
+/// [module docs](self), written without allocation on `no_std`
+/// (the same bytes serde's JSON writes; decode on hosts with
+/// `codec::Json`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Presence;
+
+impl Encode<LinkState> for Presence {
+    fn encode(&self, value: &LinkState, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        let mut w = Cursor { buf, len: 0 };
+        let status = match value.status {
+            Status::Connecting => "connecting",
+            Status::Online => "online",
+            Status::Offline => "offline",
+        };
+        let r = match value.cause {
+            None => write!(w, r#"{{"status":"{status}","seq":{}}}"#, value.seq),
+            Some(c) => write!(
+                w,
+                r#"{{"status":"{status}","seq":{},"cause":"{}"}}"#,
+                value.seq,
+                c.as_str()
+            ),
+        };
+        r.map(|()| w.len).map_err(|_| EncodeError::BufferTooSmall)
+    }
+}
+
+/// The longest [`Presence`] payload (an offline with a 20-digit `seq`).
+pub const PRESENCE_MAX: usize = 72;
+
+use core::fmt::Write as _;
+
+struct Cursor<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl fmt::Write for Cursor<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len + s.len();
+        self.buf
+            .get_mut(self.len..end)
+            .ok_or(fmt::Error)?
+            .copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(s: &LinkState) -> std::string::String {
+        let mut buf = [0u8; PRESENCE_MAX];
+        let n = Presence.encode(s, &mut buf).unwrap();
+        std::string::String::from_utf8(buf[..n].to_vec()).unwrap()
+    }
+
+    #[test]
+    fn presence_payloads_read_as_documented() {
+        assert_eq!(text(&LinkState::online(7)), r#"{"status":"online","seq":7}"#);
+        assert_eq!(
+            text(&LinkState::offline(7, Cause::Lost)),
+            r#"{"status":"offline","seq":7,"cause":"lost"}"#
+        );
+        assert_eq!(
+            text(&LinkState::connecting(0)),
+            r#"{"status":"connecting","seq":0}"#
+        );
+    }
+
+    #[test]
+    fn the_longest_payload_fits_presence_max() {
+        let longest = LinkState::offline(u64::MAX, Cause::Protocol);
+        let mut buf = [0u8; PRESENCE_MAX];
+        assert!(Presence.encode(&longest, &mut buf).is_ok());
+        let mut small = [0u8; 20];
+        assert_eq!(
+            Presence.encode(&longest, &mut small),
+            Err(EncodeError::BufferTooSmall)
+        );
+    }
+
+    #[test]
+    fn a_death_older_than_the_newest_birth_is_stale() {
+        let newest = LinkState::online(8);
+        assert!(!LinkState::offline(7, Cause::Lost).supersedes(&newest));
+        assert!(LinkState::offline(8, Cause::Lost).supersedes(&newest));
+        assert!(LinkState::online(9).supersedes(&LinkState::offline(8, Cause::Io)));
+        assert!(!LinkState::online(8).supersedes(&newest));
+    }
+
+    #[cfg(feature = "json")]
+    #[test]
+    fn serde_json_writes_and_reads_the_same_bytes() {
+        for s in [
+            LinkState::online(3),
+            LinkState::offline(3, Cause::Silent),
+            LinkState::connecting(4),
+        ] {
+            assert_eq!(serde_json::to_string(&s).unwrap(), text(&s));
+            let padded = std::format!("{}        ", text(&s));
+            assert_eq!(serde_json::from_str::<LinkState>(&padded).unwrap(), s);
+        }
+    }
+}
