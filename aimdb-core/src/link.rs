@@ -21,9 +21,10 @@
 //! - `status` is `online`, `offline` or `connecting`;
 //! - `seq` is the **birth sequence**: it grows by one at every new
 //!   connection (every birth), and an `offline` carries the `seq` of the
-//!   birth it ends. A consumer keeps the largest `seq` it has seen and
-//!   ignores an `offline` whose `seq` is smaller: that death belongs to a
-//!   connection a newer birth already replaced;
+//!   birth it ends. A consumer takes every `online`, and an `offline` only
+//!   when its `seq` is that of the `online` it holds
+//!   ([`LinkState::applies_after`]): an `offline` with another `seq`
+//!   belongs to a connection a newer birth already replaced;
 //! - `cause` (only on `offline`) says why, see [`Cause`].
 //!
 //! JSON parsers accept the payload with trailing spaces, which an MQTT
@@ -143,17 +144,18 @@ impl LinkState {
         matches!(self.status, Status::Online)
     }
 
-    /// Whether `self` is news after `newest`, by the convention's rule: a
-    /// larger `seq`, or the same `seq` at a later stage (online after
-    /// connecting, offline after online). An `offline` of an older birth
-    /// is not.
-    pub fn supersedes(&self, newest: &LinkState) -> bool {
-        let stage = |s: &LinkState| match s.status {
-            Status::Connecting => 0,
-            Status::Online => 1,
-            Status::Offline => 2,
-        };
-        (self.seq, stage(self)) > (newest.seq, stage(newest))
+    /// Whether a consumer that holds `current` should take `self`, by the
+    /// convention's rule: a birth (`online`) or `connecting` always; an
+    /// `offline` only if it ends the birth `current` reports (same `seq`)
+    /// or the link is not up anyway. A death of an older connection that
+    /// arrives after a newer birth is stale. Births are not compared, so a
+    /// sequence that restarts (a device that cannot keep it across a
+    /// reboot) is still taken.
+    pub fn applies_after(&self, current: &LinkState) -> bool {
+        match self.status {
+            Status::Online | Status::Connecting => true,
+            Status::Offline => !current.is_online() || current.seq == self.seq,
+        }
     }
 }
 
@@ -219,7 +221,10 @@ mod tests {
 
     #[test]
     fn presence_payloads_read_as_documented() {
-        assert_eq!(text(&LinkState::online(7)), r#"{"status":"online","seq":7}"#);
+        assert_eq!(
+            text(&LinkState::online(7)),
+            r#"{"status":"online","seq":7}"#
+        );
         assert_eq!(
             text(&LinkState::offline(7, Cause::Lost)),
             r#"{"status":"offline","seq":7,"cause":"lost"}"#
@@ -243,12 +248,13 @@ mod tests {
     }
 
     #[test]
-    fn a_death_older_than_the_newest_birth_is_stale() {
-        let newest = LinkState::online(8);
-        assert!(!LinkState::offline(7, Cause::Lost).supersedes(&newest));
-        assert!(LinkState::offline(8, Cause::Lost).supersedes(&newest));
-        assert!(LinkState::online(9).supersedes(&LinkState::offline(8, Cause::Io)));
-        assert!(!LinkState::online(8).supersedes(&newest));
+    fn a_death_of_an_older_birth_is_stale() {
+        let current = LinkState::online(8);
+        assert!(!LinkState::offline(7, Cause::Lost).applies_after(&current));
+        assert!(LinkState::offline(8, Cause::Lost).applies_after(&current));
+        assert!(LinkState::offline(7, Cause::Lost).applies_after(&LinkState::offline(8, Cause::Io)));
+        // A restarted sequence is a birth all the same.
+        assert!(LinkState::online(1).applies_after(&current));
     }
 
     #[cfg(feature = "json")]
