@@ -81,7 +81,7 @@ pub(crate) fn millis(d: Duration) -> u32 {
 }
 
 /// Why a reconnecting run ended: the [`Reconnect`] policy allows no
-/// further attempt.
+/// further attempt, or it was asked to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Stopped {
@@ -90,6 +90,8 @@ pub enum Stopped {
     Disconnected,
     /// This many connection attempts in a row failed.
     ConnectFailed(u32),
+    /// Stopped on purpose: the stop future given to the run completed.
+    Requested,
 }
 
 impl fmt::Display for Stopped {
@@ -97,6 +99,7 @@ impl fmt::Display for Stopped {
         match self {
             Self::Disconnected => f.write_str("connection dropped; reconnect disabled"),
             Self::ConnectFailed(n) => write!(f, "{n} connection attempt(s) failed in a row"),
+            Self::Requested => f.write_str("stopped on request"),
         }
     }
 }

@@ -5,7 +5,7 @@
 //! [`record::Sink<LinkState>`](crate::record::Sink)). So a task that should
 //! act when the link comes up or goes down awaits that record's reader like
 //! any other, without polling counters, and the same record can be routed
-//! out: linked to an MQTT route with the [`Presence`] codec it becomes a
+//! out: linked to an MQTT route with the [`PresenceJson`] codec it becomes a
 //! presence topic.
 //!
 //! # The presence convention
@@ -96,7 +96,7 @@ impl fmt::Display for Cause {
 /// (or last) connection, and why it went down.
 ///
 /// Serialized (serde) as the presence object of the [module
-/// docs](self); [`Presence`] writes the same bytes without serde on
+/// docs](self); [`PresenceJson`] writes the same bytes without serde on
 /// `no_std`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -112,7 +112,7 @@ pub struct LinkState {
 }
 
 impl LinkState {
-    /// Opening connection `seq` (the last birth's sequence until it is up).
+    /// Opening a connection: `seq` is the sequence its birth will carry.
     pub const fn connecting(seq: u64) -> Self {
         Self {
             status: Status::Connecting,
@@ -164,9 +164,9 @@ impl LinkState {
 /// (the same bytes serde's JSON writes; decode on hosts with
 /// `codec::Json`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Presence;
+pub struct PresenceJson;
 
-impl Encode<LinkState> for Presence {
+impl Encode<LinkState> for PresenceJson {
     fn encode(&self, value: &LinkState, buf: &mut [u8]) -> Result<usize, EncodeError> {
         let mut w = Cursor { buf, len: 0 };
         let status = match value.status {
@@ -187,7 +187,7 @@ impl Encode<LinkState> for Presence {
     }
 }
 
-/// The longest [`Presence`] payload (an offline with a 20-digit `seq`).
+/// The longest [`PresenceJson`] payload (an offline with a 20-digit `seq`).
 pub const PRESENCE_MAX: usize = 72;
 
 use core::fmt::Write as _;
@@ -215,7 +215,7 @@ mod tests {
 
     fn text(s: &LinkState) -> std::string::String {
         let mut buf = [0u8; PRESENCE_MAX];
-        let n = Presence.encode(s, &mut buf).unwrap();
+        let n = PresenceJson.encode(s, &mut buf).unwrap();
         std::string::String::from_utf8(buf[..n].to_vec()).unwrap()
     }
 
@@ -239,10 +239,10 @@ mod tests {
     fn the_longest_payload_fits_presence_max() {
         let longest = LinkState::offline(u64::MAX, Cause::Protocol);
         let mut buf = [0u8; PRESENCE_MAX];
-        assert!(Presence.encode(&longest, &mut buf).is_ok());
+        assert!(PresenceJson.encode(&longest, &mut buf).is_ok());
         let mut small = [0u8; 20];
         assert_eq!(
-            Presence.encode(&longest, &mut small),
+            PresenceJson.encode(&longest, &mut small),
             Err(EncodeError::BufferTooSmall)
         );
     }

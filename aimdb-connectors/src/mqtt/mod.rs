@@ -170,6 +170,8 @@ pub use tls::{tls_client_config, TlsConnect, TlsConnectError, TlsSetupError};
 pub use tokio_rustls::rustls;
 
 use aimdb_core::connector::{FrameSink, MessageSource};
+use aimdb_core::link::LinkState;
+use aimdb_core::record::Sink;
 
 use crate::reconnect::{Backoff, Reconnect, Stopped};
 use embedded_hal_async::delay::DelayNs;
@@ -233,6 +235,9 @@ pub struct Config<'a> {
     /// (with the DUP flag) instead of being lost. The first connection
     /// after boot starts clean all the same.
     pub session_expiry: Option<Duration>,
+    /// Presence: a will and a birth on a status topic (see [`Presence`]);
+    /// `None` (the default): neither.
+    pub presence: Option<Presence<'a>>,
 }
 
 impl<'a> Config<'a> {
@@ -250,6 +255,7 @@ impl<'a> Config<'a> {
             reconnect: Reconnect::Always,
             subscribe_qos: QoS::AtLeastOnce,
             session_expiry: None,
+            presence: None,
         }
     }
 }
@@ -267,7 +273,77 @@ impl fmt::Debug for Config<'_> {
             .field("reconnect", &self.reconnect)
             .field("subscribe_qos", &self.subscribe_qos)
             .field("session_expiry", &self.session_expiry)
+            .field("presence", &self.presence)
             .finish()
+    }
+}
+
+/// A node's presence on one retained status topic: a birth published on
+/// every connection before anything else, and a will the broker publishes
+/// when the connection ends without a goodbye. Payloads follow the
+/// convention of [`aimdb_core::link`]:
+///
+/// ```text
+/// birth, retained:             {"status":"online","seq":7}
+/// will, retained:              {"status":"offline","seq":7,"cause":"lost"}
+/// graceful stop, retained:     {"status":"offline","seq":7,"cause":"stopped"}
+/// ```
+///
+/// - **Sequence.** Each connection that comes up gets the next birth
+///   sequence, starting at [`Presence::first_seq`]; its will carries the
+///   same number, so a consumer can tell a death that ends the current
+///   birth from a late one of an older connection
+///   ([`LinkState::applies_after`](aimdb_core::link::LinkState::applies_after)).
+///   The counter lives in RAM: it restarts at `first_seq` when the
+///   connector is built anew (a reboot, a new process). Seed `first_seq`
+///   from something that grows to keep it increasing across restarts: a
+///   boot counter in flash shifted left by 32 bits on a device, the wall
+///   clock in milliseconds on a host.
+/// - **Timing.** The broker publishes the will when it notices the
+///   connection is gone: at once for a closed socket, after 1.5 ×
+///   [`Config::keep_alive`] for a silent one, plus the will delay if set.
+/// - **Goodbye.** A clean DISCONNECT suppresses the will, so
+///   [`Mqtt::run_until`] publishes the offline payload itself before it
+///   disconnects.
+///
+/// The will payload is padded with spaces to a fixed length (its bytes are
+/// fixed when the connection opens); JSON parsers ignore them.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Presence<'a> {
+    /// The status topic, e.g. `"site/dev-7/status"` (at most 128 bytes, no
+    /// wildcards).
+    pub topic: &'a str,
+    /// QoS of the birth, the will and the goodbye.
+    pub qos: QoS,
+    /// MQTT 5 will delay: the broker waits this long before publishing the
+    /// will, and publishes nothing if the client is back meanwhile.
+    pub will_delay: Option<&'a WillDelay>,
+    /// The first connection's birth sequence.
+    pub first_seq: u64,
+}
+
+impl<'a> Presence<'a> {
+    /// Presence on `topic`: QoS 1, no will delay, sequence from 1.
+    pub const fn new(topic: &'a str) -> Self {
+        Self {
+            topic,
+            qos: QoS::AtLeastOnce,
+            will_delay: None,
+            first_seq: 1,
+        }
+    }
+}
+
+/// An MQTT 5 will delay, kept where the session can borrow it for its
+/// lifetime (`static DELAY: WillDelay = WillDelay::from_secs(10);`).
+#[derive(Debug)]
+pub struct WillDelay(minimq::Property<'static>);
+
+impl WillDelay {
+    /// A delay of `secs` seconds.
+    pub const fn from_secs(secs: u32) -> Self {
+        Self(minimq::Property::WillDelayInterval(secs))
     }
 }
 
@@ -301,6 +377,8 @@ pub struct Parts<'a, C, D> {
 pub enum ConfigError {
     /// The client id is longer than minimq keeps (64 bytes).
     ClientIdTooLong,
+    /// The presence topic is empty, has a wildcard, or is over 128 bytes.
+    PresenceTopic,
     /// minimq refused the configuration.
     Invalid,
 }
@@ -309,6 +387,7 @@ impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::ClientIdTooLong => "MQTT client id too long",
+            Self::PresenceTopic => "invalid MQTT presence topic",
             Self::Invalid => "invalid MQTT configuration",
         })
     }
@@ -323,6 +402,9 @@ pub struct Mqtt<'a, C: Connect, D: DelayNs> {
     delay: D,
     config: Config<'a>,
     counters: &'a Counters,
+    link: Option<&'a (dyn Sink<LinkState> + Sync)>,
+    /// The birth sequence of the last connection that came up.
+    seq: u64,
 }
 
 impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
@@ -354,13 +436,45 @@ impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
         if let Some((user, password)) = config.credentials {
             b = b.auth(user, password).map_err(map)?;
         }
+        if let Some(p) = &config.presence {
+            let topic = p.topic;
+            if topic.is_empty() || topic.contains(['+', '#', '\0']) {
+                return Err(ConfigError::PresenceTopic);
+            }
+            let properties: &'a [minimq::Property<'a>] = match p.will_delay {
+                Some(d) => core::slice::from_ref(&d.0),
+                None => &[],
+            };
+            // The payload is a placeholder the connection's own offline
+            // payload replaces as the CONNECT goes out (run.rs, `Heard`).
+            let will = minimq::Will::new(topic, &run::WILL_PLACEHOLDER, properties)
+                .map_err(|_| ConfigError::PresenceTopic)?
+                .retained()
+                .qos(minimq_qos(p.qos));
+            b = b.will(will).map_err(map)?;
+        }
+        let seq = config.presence.map_or(0, |p| p.first_seq.wrapping_sub(1));
         Ok(Self {
             session: minimq::Session::new(b),
             connect,
             delay,
             config,
             counters,
+            link: None,
+            seq,
         })
+    }
+
+    /// The same connector, writing its [`LinkState`] into `link` as it
+    /// changes: `connecting` before each attempt, `online` once connected
+    /// (the birth published and the subscriptions made), `offline` with
+    /// the cause when a connection ends. `seq` is the birth sequence
+    /// ([`Presence`]; without presence, the count of connections that came
+    /// up). A task awaits the record's reader to act on up and down.
+    #[must_use]
+    pub fn with_link(mut self, link: &'a (dyn Sink<LinkState> + Sync)) -> Self {
+        self.link = Some(link);
+        self
     }
 
     /// The counters this connector updates.
@@ -383,7 +497,34 @@ impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
         S: FrameSink + ?Sized,
         M: MessageSource + ?Sized,
     {
-        run::run(self, sink, source).await
+        run::run(self, sink, source, core::future::pending()).await
+    }
+
+    /// As [`Self::run`], until `stop` completes: then, if connected, the
+    /// connector publishes the offline presence (cause `stopped`, when
+    /// [`Config::presence`] is set), waits for the broker to acknowledge
+    /// what is in flight (at most [`Config::connect_timeout`]), sends a
+    /// normal DISCONNECT (so the broker does not publish the will) and
+    /// returns [`Stopped::Requested`].
+    ///
+    /// ```no_run
+    /// # async fn demo<C: aimdb_connectors::Connect, D: embedded_hal_async::delay::DelayNs>(
+    /// #     mqtt: &mut aimdb_connectors::mqtt::Mqtt<'_, C, D>,
+    /// #     inbound: &mut aimdb_core::inbound::Dispatch<'_, 1, 1>,
+    /// #     outbound: &mut dyn aimdb_core::connector::MessageSource) {
+    /// # let shutdown = core::future::pending::<()>();
+    /// // `shutdown`: a signal, a channel, `tokio::signal::ctrl_c()`, ...
+    /// let why = mqtt.run_until(inbound, outbound, shutdown).await;
+    /// # let _ = why;
+    /// # }
+    /// ```
+    pub async fn run_until<S, M, F>(&mut self, sink: &mut S, source: &mut M, stop: F) -> Stopped
+    where
+        S: FrameSink + ?Sized,
+        M: MessageSource + ?Sized,
+        F: core::future::Future<Output = ()>,
+    {
+        run::run(self, sink, source, stop).await
     }
 }
 

@@ -1,11 +1,12 @@
 //! The connector's one future: connect, subscribe, serve, reconnect.
 
-use core::future::poll_fn;
+use core::future::{poll_fn, Future};
+use core::pin::{pin, Pin};
 use core::task::Poll;
 
 use aimdb_core::connector::{FrameSink, Message, MessageSource, Ready};
 use aimdb_core::topic::MAX_TOPIC_LEN;
-use embassy_futures::select::{select, select3, Either, Either3};
+use embassy_futures::select::{select, select3, select4, Either, Either3, Either4};
 use embassy_time::{Duration, Instant, Timer};
 use embedded_hal_async::delay::DelayNs;
 use embedded_io_async::{ErrorType, Read, Write};
@@ -15,21 +16,54 @@ use minimq::{
 };
 use portable_atomic::{AtomicU32, Ordering};
 
-use super::{minimq_qos, Cause, Config, Connect, Counters, Mqtt, QoS};
+use super::{minimq_qos, Cause, Config, Connect, Counters, Mqtt, Presence, QoS};
 use crate::connect::Duplex;
 use crate::reconnect::{wait, Reconnect, Stopped};
+use aimdb_core::codec::Encode;
+use aimdb_core::link::{Cause as LinkCause, LinkState, PresenceJson, PRESENCE_MAX};
+use aimdb_core::record::Sink;
 
 /// The connection is gone (or never came up), and why; reconnect.
 struct Dropped(Cause);
+
+/// Length of the will payload: the longest offline presence payload with
+/// cause `lost`, padded with spaces.
+pub(super) const WILL_LEN: usize = 64;
+
+/// The will payload the session is built with. Bytes `0xFF` never occur in
+/// the UTF-8 strings or the short integer properties before the will
+/// payload in a CONNECT, so a run of 64 of them first occurs there.
+///
+/// minimq fixes a session's will when the session is built, and a session
+/// must live across connections (it holds the in-flight QoS 1/2 state a
+/// resumed broker session needs). The will of each connection must carry
+/// that connection's birth sequence, so [`Heard`] writes the real payload
+/// in place of this one as the CONNECT goes out: same length, so the
+/// packet stays valid.
+pub(super) static WILL_PLACEHOLDER: [u8; WILL_LEN] = [0xFF; WILL_LEN];
+
+/// The will payload of the connection with birth sequence `seq`.
+fn will_payload(seq: u64) -> [u8; WILL_LEN] {
+    let mut out = [b' '; WILL_LEN];
+    // 64 bytes hold the longest `lost` payload (45 + 20 digits fit: see
+    // the unit test); padding stays spaces.
+    let _ = PresenceJson.encode(&LinkState::offline(seq, LinkCause::Lost), &mut out);
+    out
+}
 
 /// The transport, counting reads that returned data (the connector's only
 /// way to tell that the broker said something: minimq's `poll` also
 /// returns after its own writes). A count, not a clock: an `AtomicU32`
 /// with one writer needs no read-modify-write, so this works on
 /// `thumbv6m`, and keeps the connector future `Send`.
+///
+/// With presence, it also puts the connection's will payload in place of
+/// [`WILL_PLACEHOLDER`] in the CONNECT (the first packet written; the
+/// handshake flushes right after it, which ends the search).
 struct Heard<'h, IO> {
     io: IO,
     reads: &'h AtomicU32,
+    will: Option<[u8; WILL_LEN]>,
 }
 
 impl<IO: ErrorType> ErrorType for Heard<'_, IO> {
@@ -49,12 +83,32 @@ impl<IO: Read> Read for Heard<'_, IO> {
 
 impl<IO: Write> Write for Heard<'_, IO> {
     async fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
+        if let Some(will) = &self.will {
+            match find(buf, &WILL_PLACEHOLDER) {
+                // Up to the placeholder first (the caller writes the rest
+                // again), so the placeholder is never split.
+                Some(at) if at > 0 => return self.io.write(&buf[..at]).await,
+                Some(_) => {
+                    self.io.write_all(will).await?;
+                    self.will = None;
+                    return Ok(WILL_LEN);
+                }
+                None => {}
+            }
+        }
         self.io.write(buf).await
     }
 
     async fn flush(&mut self) -> Result<(), Self::Error> {
+        // The CONNECT is out: nothing later carries the placeholder.
+        self.will = None;
         self.io.flush().await
     }
+}
+
+/// Where `needle` first occurs in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// The acknowledgement timeout: while QoS 1/2 publishes wait for their
@@ -81,9 +135,7 @@ struct Liveness<'h> {
 impl<'h> Liveness<'h> {
     fn new(config: &Config<'_>, reads: &'h AtomicU32) -> Self {
         Self {
-            timeout: config
-                .ack_timeout
-                .map(|d| Duration::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))),
+            timeout: config.ack_timeout.map(to_embassy),
             reads,
             seen_reads: reads.load(Ordering::Relaxed),
             owed_since: None,
@@ -114,16 +166,45 @@ impl<'h> Liveness<'h> {
     }
 }
 
-pub(super) async fn run<C, D, S, M>(
+/// Where a link is reported, if anywhere; each state written once.
+struct Report<'l> {
+    sink: Option<&'l (dyn Sink<LinkState> + Sync)>,
+    last: Option<LinkState>,
+}
+
+impl Report<'_> {
+    fn set(&mut self, state: LinkState) {
+        if let Some(sink) = self.sink {
+            if self.last != Some(state) {
+                self.last = Some(state);
+                sink.write(state);
+            }
+        }
+    }
+}
+
+/// The link-state cause for why a connection ended.
+fn link_cause(cause: Cause) -> LinkCause {
+    match cause {
+        Cause::Transport => LinkCause::Io,
+        Cause::Protocol => LinkCause::Protocol,
+        Cause::AckTimeout => LinkCause::Silent,
+        _ => LinkCause::Closed,
+    }
+}
+
+pub(super) async fn run<C, D, S, M, F>(
     mqtt: &mut Mqtt<'_, C, D>,
     sink: &mut S,
     source: &mut M,
+    stop: F,
 ) -> Stopped
 where
     C: Connect,
     D: DelayNs,
     S: FrameSink + ?Sized,
     M: MessageSource + ?Sized,
+    F: Future<Output = ()>,
 {
     let Mqtt {
         session,
@@ -131,8 +212,15 @@ where
         delay,
         config,
         counters,
+        link,
+        seq,
     } = mqtt;
     let counters: &Counters = counters;
+    let mut stop = pin!(stop);
+    let mut report = Report {
+        sink: *link,
+        last: None,
+    };
     // Failed attempts since the last successful connection.
     let mut failures = 0u32;
     let mut connected_once = false;
@@ -152,6 +240,10 @@ where
     let mut reopen = config.session_expiry.is_some() && config.reconnect != Reconnect::Never;
 
     loop {
+        // The birth sequence this connection gets if it comes up.
+        let next = seq.wrapping_add(1);
+        report.set(LinkState::connecting(next));
+        let presence = config.presence;
         let attempt = async {
             let (rx, tx) = connect
                 .connect()
@@ -160,31 +252,41 @@ where
             let io = Heard {
                 io: Duplex { rx, tx },
                 reads: &reads,
+                will: presence.map(|_| will_payload(next)),
             };
             let mut conn = session
                 .connect(io)
                 .await
                 .map_err(|e| Dropped(Cause::of(&e, true)))?;
-            // A resumed broker session kept its subscriptions.
-            if conn.connect_event() == ConnectEvent::Connected {
-                subscribe_all(&mut conn, sink, config.subscribe_qos, counters).await?;
+            let fresh = conn.connect_event() == ConnectEvent::Connected;
+            if fresh && reopen {
                 // Subscribed first: the reopened session keeps them.
-                if core::mem::take(&mut reopen) {
-                    conn.disconnect()
-                        .await
-                        .map_err(|e| Dropped(Cause::of(&e, false)))?;
-                    return Ok(None);
-                }
+                subscribe_all(&mut conn, sink, config.subscribe_qos, counters).await?;
+                reopen = false;
+                conn.disconnect()
+                    .await
+                    .map_err(|e| Dropped(Cause::of(&e, false)))?;
+                return Ok(None);
             }
             reopen = false;
+            // The birth before anything else.
+            if let Some(p) = &presence {
+                announce(&mut conn, sink, p, LinkState::online(next), counters).await?;
+            }
+            // A resumed broker session kept its subscriptions.
+            if fresh {
+                subscribe_all(&mut conn, sink, config.subscribe_qos, counters).await?;
+            }
             Ok(Some(conn))
         };
         // minimq's handshake waits for CONNACK unbounded: bound the whole
         // attempt, so a broker that accepts TCP and says nothing is retried.
-        let outcome = match select(attempt, wait(delay, config.connect_timeout)).await {
-            Either::First(r) => r,
-            Either::Second(()) => Err(Dropped(Cause::ConnectTimeout)),
-        };
+        let outcome =
+            match select3(attempt, wait(delay, config.connect_timeout), stop.as_mut()).await {
+                Either3::First(r) => r,
+                Either3::Second(()) => Err(Dropped(Cause::ConnectTimeout)),
+                Either3::Third(()) => return stopped(&mut report, *seq),
+            };
         let mut conn = match outcome {
             Ok(Some(conn)) => conn,
             // Reopened (see `reopen`): connect again at once.
@@ -199,16 +301,21 @@ where
                 if !config.reconnect.allows(failures) {
                     return Stopped::ConnectFailed(failures);
                 }
-                wait(delay, config.backoff.delay(failures.saturating_add(1))).await;
+                let backoff = wait(delay, config.backoff.delay(failures.saturating_add(1)));
+                if let Either::Second(()) = select(backoff, stop.as_mut()).await {
+                    return stopped(&mut report, *seq);
+                }
                 continue;
             }
         };
 
+        *seq = next;
         failures = 0;
         if connected_once {
             counters.bump_reconnects();
         }
         counters.set_connected(true);
+        report.set(LinkState::online(next));
         log_info!(
             "mqtt: connected ({} session)",
             if conn.connect_event() == ConnectEvent::Reconnected {
@@ -232,13 +339,28 @@ where
                 source.replay_latest();
             }
             serve(
-                &mut conn, sink, source, config, counters, &reads, &mut retry,
+                &mut conn,
+                sink,
+                source,
+                config,
+                counters,
+                &reads,
+                &mut retry,
+                stop.as_mut(),
             )
             .await
         };
-        let Err(Dropped(cause)) = served.await;
+        let cause = match served.await {
+            Ok(()) => {
+                goodbye(&mut conn, sink, config, counters, next).await;
+                counters.set_connected(false);
+                return stopped(&mut report, next);
+            }
+            Err(Dropped(cause)) => cause,
+        };
         counters.set_connected(false);
         counters.set_last_error(cause);
+        report.set(LinkState::offline(next, link_cause(cause)));
         log_warn!("mqtt: connection lost: {}", cause);
         connected_once = true;
         drop(conn);
@@ -246,12 +368,99 @@ where
         if !config.reconnect.allows(0) {
             return Stopped::Disconnected;
         }
-        wait(delay, config.backoff.delay(1)).await;
+        let backoff = wait(delay, config.backoff.delay(1));
+        if let Either::Second(()) = select(backoff, stop.as_mut()).await {
+            return stopped(&mut report, *seq);
+        }
     }
 }
 
-/// Serves one live connection until it drops.
-async fn serve<IO, S, M>(
+/// Stopped on request: the link is down for that reason.
+fn stopped(report: &mut Report<'_>, seq: u64) -> Stopped {
+    report.set(LinkState::offline(seq, LinkCause::Stopped));
+    Stopped::Requested
+}
+
+/// Publishes `state` on the presence topic (retained) and, at QoS 1/2,
+/// waits for the broker's acknowledgement.
+async fn announce<IO, S>(
+    conn: &mut Connection<'_, '_, IO>,
+    sink: &mut S,
+    presence: &Presence<'_>,
+    state: LinkState,
+    counters: &Counters,
+) -> Result<(), Dropped>
+where
+    IO: Io,
+    S: FrameSink + ?Sized,
+{
+    let mut buf = [0u8; PRESENCE_MAX];
+    // PRESENCE_MAX holds every presence payload.
+    let n = PresenceJson.encode(&state, &mut buf).unwrap_or(0);
+    let q = minimq_qos(presence.qos);
+    loop {
+        if !conn.can_publish(q) {
+            progress(conn, sink, counters, None).await?;
+            continue;
+        }
+        let p = Publication::bytes(presence.topic, &buf[..n])
+            .qos(q)
+            .retain();
+        match conn.publish(p).await {
+            Ok(_) => break,
+            Err(PubError::Session(minimq::Error::NotReady | minimq::Error::Resource(_))) => {
+                progress(conn, sink, counters, None).await?
+            }
+            Err(PubError::Session(e)) => return Err(Dropped(Cause::of(&e, false))),
+            Err(PubError::Payload(_)) => return Err(Dropped(Cause::Protocol)),
+        }
+    }
+    while !conn.session().is_publish_quiescent() {
+        progress(conn, sink, counters, None).await?;
+    }
+    Ok(())
+}
+
+/// A stop on purpose: the offline presence (the DISCONNECT suppresses the
+/// will), what is in flight acknowledged, then a normal DISCONNECT; all
+/// within the connect timeout.
+async fn goodbye<IO, S>(
+    conn: &mut Connection<'_, '_, IO>,
+    sink: &mut S,
+    config: &Config<'_>,
+    counters: &Counters,
+    seq: u64,
+) where
+    IO: Io,
+    S: FrameSink + ?Sized,
+{
+    let polite = async {
+        if let Some(p) = &config.presence {
+            let bye = LinkState::offline(seq, LinkCause::Stopped);
+            announce(conn, sink, p, bye, counters).await?;
+        }
+        while !conn.session().is_publish_quiescent() {
+            progress(conn, sink, counters, None).await?;
+        }
+        conn.disconnect()
+            .await
+            .map_err(|e| Dropped(Cause::of(&e, false)))
+    };
+    if let Either::First(Err(Dropped(cause))) =
+        select(polite, Timer::after(to_embassy(config.connect_timeout))).await
+    {
+        log_warn!("mqtt: stopping without a clean goodbye: {}", cause);
+    }
+}
+
+fn to_embassy(d: core::time::Duration) -> Duration {
+    Duration::from_micros(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// Serves one live connection until it drops (`Err`) or `stop` completes
+/// (`Ok`).
+#[allow(clippy::too_many_arguments)]
+async fn serve<IO, S, M, F>(
     conn: &mut Connection<'_, '_, IO>,
     sink: &mut S,
     source: &mut M,
@@ -259,11 +468,13 @@ async fn serve<IO, S, M>(
     counters: &Counters,
     reads: &AtomicU32,
     retry: &mut Option<Ready>,
-) -> Result<core::convert::Infallible, Dropped>
+    mut stop: Pin<&mut F>,
+) -> Result<(), Dropped>
 where
     IO: Io,
     S: FrameSink + ?Sized,
     M: MessageSource + ?Sized,
+    F: Future<Output = ()>,
 {
     let mut live = Liveness::new(config, reads);
     // A resumed session may start with replayed publishes in flight.
@@ -273,14 +484,15 @@ where
         // message, so inbound traffic and keep-alive are never starved.
         // All three futures are cancel-safe; the losers are dropped.
         let ready = poll_fn(|cx| source.poll_ready(cx));
-        let event = select3(conn.poll(), ready, live.expired()).await;
+        let event = select4(conn.poll(), ready, live.expired(), stop.as_mut()).await;
         let event = match event {
-            Either3::First(r) => Either::First(r),
-            Either3::Second(m) => Either::Second(m),
-            Either3::Third(()) => {
+            Either4::First(r) => Either::First(r),
+            Either4::Second(m) => Either::Second(m),
+            Either4::Third(()) => {
                 counters.bump_ack_timeouts();
                 return Err(Dropped(Cause::AckTimeout));
             }
+            Either4::Fourth(()) => return Ok(()),
         };
         let ready = match event {
             Either::First(Ok(Some(p))) => {
@@ -495,6 +707,61 @@ fn deliver<S: FrameSink + ?Sized>(sink: &mut S, counters: &Counters, p: &Inbound
                 e.as_str(),
                 n
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_will_payload_fits_and_is_padded_with_spaces() {
+        let p = will_payload(u64::MAX);
+        let text = core::str::from_utf8(&p).unwrap();
+        let json = r#"{"status":"offline","seq":18446744073709551615,"cause":"lost"}"#;
+        assert_eq!(text.trim_end(), json);
+        assert!(text[json.len()..].bytes().all(|b| b == b' '));
+    }
+
+    #[test]
+    fn the_placeholder_is_replaced_whole_even_when_written_in_pieces() {
+        // A CONNECT-like packet: bytes, the placeholder, bytes after it.
+        let mut packet = std::vec![0x10, 0x7f, 0xff, 0x00];
+        packet.extend_from_slice(&WILL_PLACEHOLDER);
+        packet.extend_from_slice(b"user");
+        let reads = AtomicU32::new(0);
+        let mut io = Heard {
+            io: Trickle(std::vec::Vec::new()),
+            reads: &reads,
+            will: Some(will_payload(9)),
+        };
+        futures::executor::block_on(async {
+            io.write_all(&packet).await.unwrap();
+            io.flush().await.unwrap();
+        });
+        let mut want = std::vec![0x10, 0x7f, 0xff, 0x00];
+        want.extend_from_slice(&will_payload(9));
+        want.extend_from_slice(b"user");
+        assert_eq!(io.io.0, want);
+    }
+
+    /// A transport that takes at most 3 bytes per write.
+    struct Trickle(std::vec::Vec<u8>);
+
+    impl ErrorType for Trickle {
+        type Error = core::convert::Infallible;
+    }
+
+    impl Write for Trickle {
+        async fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
+            let n = buf.len().min(3);
+            self.0.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+
+        async fn flush(&mut self) -> Result<(), Self::Error> {
+            Ok(())
         }
     }
 }

@@ -340,6 +340,13 @@ impl Sub {
         Self::spawn(broker, &args, id, filter, &["-q", "2", "-F", "%t %q"]).await
     }
 
+    /// A subscription at QoS 1 printing `topic payload` lines, the
+    /// payload as text.
+    pub async fn text(broker: &Broker, id: &str, filter: &str) -> Self {
+        let args = ClientArgs::new(broker);
+        Self::spawn(broker, &args, id, filter, &["-q", "1", "-F", "%t %p"]).await
+    }
+
     async fn spawn(
         broker: &Broker,
         args: &ClientArgs,
