@@ -25,7 +25,7 @@ use mosquitto::{connector, free_port, tcp, Broker, Sub};
 use tokio::io::AsyncReadExt;
 use tokio::io::AsyncWriteExt;
 
-const TOPIC: &str = "site/dev-7/status";
+const TOPIC: &str = "site/dev-7/presence";
 const KEEP_ALIVE: Duration = Duration::from_secs(2);
 
 fn config(client_id: &str, first_seq: u64) -> Config<'_> {

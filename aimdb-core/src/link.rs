@@ -11,7 +11,8 @@
 //! # The presence convention
 //!
 //! A node's presence is one retained topic (by convention
-//! `<prefix>/status`) whose payload is a small JSON object:
+//! `<prefix>/presence`: `status` is too often an application's own topic)
+//! whose payload is a small JSON object:
 //!
 //! ```text
 //! {"status":"online","seq":7}

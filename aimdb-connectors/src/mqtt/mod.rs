@@ -278,7 +278,7 @@ impl fmt::Debug for Config<'_> {
     }
 }
 
-/// A node's presence on one retained status topic: a birth published on
+/// A node's presence on one retained topic: a birth published on
 /// every connection before anything else, and a will the broker publishes
 /// when the connection ends without a goodbye. Payloads follow the
 /// convention of [`aimdb_core::link`]:
@@ -311,8 +311,8 @@ impl fmt::Debug for Config<'_> {
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct Presence<'a> {
-    /// The status topic, e.g. `"site/dev-7/status"` (at most 128 bytes, no
-    /// wildcards).
+    /// The presence topic, e.g. `"site/dev-7/presence"` (at most 128
+    /// bytes, no wildcards).
     pub topic: &'a str,
     /// QoS of the birth, the will and the goodbye.
     pub qos: QoS,

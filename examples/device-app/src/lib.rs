@@ -24,6 +24,7 @@ use aimdb_connectors::reconnect::Reconnect;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;
+use aimdb_core::link::LinkState;
 use aimdb_core::outbound;
 use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Mailbox, Record, Ring};
@@ -49,6 +50,8 @@ static READY: Readiness<1> = Readiness::new();
 pub static LINK: framed::Counters = framed::Counters::new();
 /// Counters of the MQTT connector ([`mqtt_connector`]).
 pub static MQTT: mqtt::Counters = mqtt::Counters::new();
+/// The MQTT connector's link state (a task may await it).
+pub static MQTT_LINK: Record<Cs, Latest<LinkState>, 1> = Record::new("mqtt-link");
 /// [`MQTT`]'s counters as a record, published on `dev/link` when they
 /// change ([`link_stats`]).
 pub static LINK_STATS: Record<Cs, Latest<LinkStats>, 1> = Record::new("link");
@@ -130,6 +133,10 @@ pub fn mqtt_config() -> mqtt::Config<'static> {
         Reconnect::Always
     };
     c.session_expiry = Some(SESSION_EXPIRY);
+    // Birth and will on `dev/presence`. The sequence is a RAM counter from
+    // 1: it grows with each reconnect and restarts at a reboot (a board
+    // would seed `first_seq` from a boot counter in flash).
+    c.presence = Some(mqtt::Presence::new(topics::PRESENCE));
     c
 }
 
@@ -177,9 +184,10 @@ pub async fn mqtt_connector<C: aimdb_connectors::Connect>(
         tx,
         counters: &MQTT,
     };
-    let Ok(mut mqtt) = Mqtt::new(mqtt_config(), parts) else {
+    let Ok(mqtt) = Mqtt::new(mqtt_config(), parts) else {
         return aimdb_connectors::reconnect::Stopped::Disconnected;
     };
+    let mut mqtt = mqtt.with_link(&MQTT_LINK);
     mqtt.run(&mut dispatch, &mut routes).await
 }
 

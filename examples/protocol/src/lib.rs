@@ -72,4 +72,7 @@ pub mod topics {
     pub const CMD: &str = "dev/cmd";
     /// The MQTT device's [`LinkStats`](super::LinkStats), device → host.
     pub const LINK: &str = "dev/link";
+    /// The device's presence (`aimdb_core::link`'s JSON, retained): its
+    /// birth and will on MQTT.
+    pub const PRESENCE: &str = "dev/presence";
 }

@@ -17,9 +17,14 @@
 //! 4. mosquitto is restarted mid-run (SIGTERM, same port): the device
 //!    reconnects (`reconnects` in `dev/link`), its subscription holds (a
 //!    command sent after the restart is applied), and readings resume with
-//!    none lost.
+//!    none lost;
+//! 5. presence: the device's birth on `dev/presence` at the start, a new
+//!    birth with a larger sequence after the restart, and its will
+//!    (`offline`, cause `lost`, the last birth's sequence) when QEMU is
+//!    killed.
 //!
-//! Payloads are postcard, the device link's encoding (`device_protocol`);
+//! Payloads are postcard, the device link's encoding (`device_protocol`),
+//! but presence, which is JSON;
 //! `mosquitto_sub` prints them as hex (`-F '%t %x'`) and this program
 //! decodes them. Exits 0 only if every check held.
 //!
@@ -31,6 +36,8 @@ use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use aimdb_core::codec::{Decode, Json};
+use aimdb_core::link::{Cause, LinkState};
 use device_protocol::{topics, Command, LinkStats, Reading, Status};
 use gateway::{broker, qemu};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -66,6 +73,8 @@ struct Seen {
     readings: Vec<u32>,
     statuses: Vec<Status>,
     link: Option<LinkStats>,
+    /// The device's presence payloads (births and deaths).
+    presence: Vec<LinkState>,
     probes: u32,
     undecodable: Vec<String>,
 }
@@ -74,12 +83,18 @@ impl Seen {
     fn status(&self) -> Option<Status> {
         self.statuses.last().copied()
     }
+
+    /// The device's births so far.
+    fn births(&self) -> impl Iterator<Item = &LinkState> {
+        self.presence.iter().filter(|p| p.is_online())
+    }
 }
 
 enum Line {
     Reading(Reading),
     Status(Status),
     Link(LinkStats),
+    Presence(LinkState),
     Probe,
     Undecodable(String),
 }
@@ -111,6 +126,10 @@ fn parse(line: &str) -> Option<Line> {
         topics::LINK => bytes
             .and_then(|b| postcard::from_bytes(&b).ok())
             .map_or_else(bad, Line::Link),
+        // JSON, the presence convention (the will padded with spaces).
+        topics::PRESENCE => bytes
+            .and_then(|b| Json.decode(&b).ok())
+            .map_or_else(bad, Line::Presence),
         _ => return None,
     })
 }
@@ -137,6 +156,8 @@ impl Observer {
                 topics::STATUS,
                 "-t",
                 topics::LINK,
+                "-t",
+                topics::PRESENCE,
             ])
             .args(["-t", PROBE])
             .args(["-F", "%t %x"])
@@ -173,6 +194,7 @@ impl Observer {
             Line::Reading(r) => s.readings.push(r.seq),
             Line::Status(st) => s.statuses.push(st),
             Line::Link(l) => s.link = Some(l),
+            Line::Presence(p) => s.presence.push(p),
             Line::Probe => s.probes += 1,
             Line::Undecodable(l) => s.undecodable.push(l),
         }
@@ -357,10 +379,12 @@ async fn run(args: &Args) -> Result<String, String> {
     obs.device = Some(device);
 
     // 1. Up: the boot status and readings flowing.
-    obs.until("the boot status and 10 readings", |s| {
-        s.status().is_some() && s.readings.len() >= 10
+    obs.until("the boot status, 10 readings and the birth", |s| {
+        s.status().is_some() && s.readings.len() >= 10 && s.births().count() > 0
     })
     .await?;
+    let first_birth = *obs.seen.births().next().ok_or("no birth")?;
+    println!("e2e: device born on {}: {first_birth:?}", topics::PRESENCE);
 
     // 2. Commands round-trip.
     command(&mut obs, port, Command::SetLed(true), |s| s.led).await?;
@@ -414,10 +438,12 @@ async fn run(args: &Args) -> Result<String, String> {
         "e2e: mosquitto restarted (SIGTERM, now pid {}) after {at_restart} readings",
         broker.pid()
     );
-    obs.until("the device's reconnect", |s| {
+    obs.until("the device's reconnect and its new birth", |s| {
         s.link.is_some_and(|l| l.reconnects > reconnects_before)
+            && s.births().any(|b| b.seq > first_birth.seq)
     })
     .await?;
+    let rebirth = *obs.seen.births().last().ok_or("no birth")?;
     println!(
         "e2e: device reconnected {:.1?} after the restart: {:?}",
         restarted.elapsed(),
@@ -431,13 +457,24 @@ async fn run(args: &Args) -> Result<String, String> {
     obs.until(&format!("{min} readings"), |s| s.readings.len() >= min)
         .await?;
 
-    // Stop the device, then take what is still on its way.
+    // Stop the device (SIGKILL: no goodbye), then take what is still on
+    // its way; its will must say it is gone, with its last birth's
+    // sequence.
     if let Some(mut device) = obs.device.take() {
         device
             .kill()
             .await
             .map_err(|e| format!("stopping QEMU: {e}"))?;
     }
+    let killed = Instant::now();
+    let last_birth = *obs.seen.births().last().ok_or("no birth")?;
+    let death = LinkState::offline(last_birth.seq, Cause::Lost);
+    obs.until("the device's will", |s| s.presence.last() == Some(&death))
+        .await?;
+    println!(
+        "e2e: device will seen {:.0?} after QEMU was killed: {death:?}",
+        killed.elapsed()
+    );
     obs.drain(Duration::from_millis(500)).await;
 
     let seqs = &obs.seen.readings;
@@ -460,12 +497,15 @@ async fn run(args: &Args) -> Result<String, String> {
         "{} readings (seq {}..={}) in order, none lost but the {} the device \
          counted as lagged, across a broker restart ({redelivered} QoS 1 \
          re-deliveries of readings in flight at the restart); 4 commands \
-         applied; {} malformed payloads rejected; device link {link:?}",
+         applied; {} malformed payloads rejected; presence: born {} then {} \
+         (after the restart), will at its death; device link {link:?}",
         seqs.len(),
         seqs.first().copied().unwrap_or(0),
         order.highest.unwrap_or(0),
         link.lagged,
-        MALFORMED.len()
+        MALFORMED.len(),
+        first_birth.seq,
+        rebirth.seq,
     ))
 }
 
