@@ -169,42 +169,54 @@ pub struct PresenceJson;
 
 impl Encode<LinkState> for PresenceJson {
     fn encode(&self, value: &LinkState, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        // By hand rather than with `core::fmt`: on a Cortex-M the
+        // formatting machinery costs kilobytes of flash.
         let mut w = Cursor { buf, len: 0 };
-        let status = match value.status {
-            Status::Connecting => "connecting",
-            Status::Online => "online",
-            Status::Offline => "offline",
+        let status: &[u8] = match value.status {
+            Status::Connecting => b"connecting",
+            Status::Online => b"online",
+            Status::Offline => b"offline",
         };
-        let r = match value.cause {
-            None => write!(w, r#"{{"status":"{status}","seq":{}}}"#, value.seq),
-            Some(c) => write!(
-                w,
-                r#"{{"status":"{status}","seq":{},"cause":"{}"}}"#,
-                value.seq,
-                c.as_str()
-            ),
-        };
-        r.map(|()| w.len).map_err(|_| EncodeError::BufferTooSmall)
+        w.put(br#"{"status":""#)?;
+        w.put(status)?;
+        w.put(br#"","seq":"#)?;
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut n = value.seq;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        w.put(&digits[at..])?;
+        if let Some(c) = value.cause {
+            w.put(br#","cause":""#)?;
+            w.put(c.as_str().as_bytes())?;
+            w.put(b"\"")?;
+        }
+        w.put(b"}")?;
+        Ok(w.len)
     }
 }
 
 /// The longest [`PresenceJson`] payload (an offline with a 20-digit `seq`).
 pub const PRESENCE_MAX: usize = 72;
 
-use core::fmt::Write as _;
-
 struct Cursor<'a> {
     buf: &'a mut [u8],
     len: usize,
 }
 
-impl fmt::Write for Cursor<'_> {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
+impl Cursor<'_> {
+    fn put(&mut self, s: &[u8]) -> Result<(), EncodeError> {
         let end = self.len + s.len();
         self.buf
             .get_mut(self.len..end)
-            .ok_or(fmt::Error)?
-            .copy_from_slice(s.as_bytes());
+            .ok_or(EncodeError::BufferTooSmall)?
+            .copy_from_slice(s);
         self.len = end;
         Ok(())
     }
