@@ -212,8 +212,13 @@ fn keepalives_are_counted_and_never_dispatched() {
         );
         let watch = async {
             assert_eq!(got_reader.recv().await, Ok(5));
-            // The hello and at least three idle keep-alives.
-            until(|| b_stats.snapshot().heartbeats_received >= 4).await;
+            // The hello and at least three idle keep-alives sent, and all
+            // of A's bytes read by B.
+            until(|| {
+                let (sa, sb) = (a_stats.snapshot(), b_stats.snapshot());
+                sa.heartbeats_sent >= 4 && sb.bytes_in == sa.bytes_out
+            })
+            .await;
         };
         match select(runs, watch).await {
             Either::First(_) => panic!("a connector ended"),
