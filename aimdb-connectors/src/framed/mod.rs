@@ -26,8 +26,9 @@
 //! Bad input never ends the connection: a broken, malformed or oversized
 //! frame is counted in [`Counters`] and skipped, a frame the dispatcher
 //! rejects is counted there and in the dispatcher's own stats, and the
-//! decoder is back in step at the next delimiter. Only transport errors and
-//! end-of-stream end [`Framed::run`]; the caller reconnects, calls
+//! decoder is back in step at the next delimiter. Only transport errors,
+//! end-of-stream and a silent peer (with the heartbeat, see below) end
+//! [`Framed::run`]; the caller reconnects, calls
 //! [`Framed::reset`] and [`MessageSource::replay_latest`], and runs again.
 //! [`Framed::run_reconnecting`] is that loop, for a [`Connect`] that opens
 //! each connection, with the backoff and policy of [`crate::reconnect`].
@@ -59,6 +60,62 @@
 //! message source; the buffer costs no memory beyond the `TX` bytes it
 //! already had.
 //!
+//! # Heartbeat and link state
+//!
+//! A link can stay quiet for long: a device with nothing to report, or a
+//! peer that is gone without closing the stream (a UART never closes). The
+//! optional heartbeat ([`Config::heartbeat`], a [`Heartbeat`]) tells the
+//! two apart:
+//!
+//! - after [`Heartbeat::interval`] with nothing written, the connector
+//!   writes a **keep-alive** frame, and it writes one at the start of
+//!   every connection (a hello), so the peer learns our sequence at once;
+//! - a peer from which nothing arrived for longer than
+//!   [`Heartbeat::timeout`] is gone: the run ends with
+//!   [`Error::PeerSilent`] (counted in `peer_silent`), and
+//!   [`Framed::run_reconnecting`] reconnects as after any drop.
+//!
+//! The heartbeat is **off by default**: a peer that does not send
+//! keep-alives would be cut off whenever it is quiet. Turn it on at both
+//! ends, with a timeout of at least twice the peer's interval. It costs one
+//! keep-alive frame per idle interval, 5 bytes on the wire while the
+//! sequence is below 128 (at most 14 bytes); traffic that flows anyway
+//! sends none. The heartbeat needs a timer: it runs in
+//! [`Framed::run_with_timer`] (one connection, for a UART that stays open)
+//! and in [`Framed::run_reconnecting`] (timed by its `delay`);
+//! [`Framed::run`] has no timer and neither sends keep-alives nor times
+//! out.
+//!
+//! A keep-alive is a frame with an **empty topic** whose payload is the
+//! postcard varint of the sender's birth sequence. Every connector absorbs
+//! the keep-alives it receives, whatever its own configuration: they are
+//! never handed to the dispatcher (which accepts no empty topic anyway),
+//! and are counted apart (`heartbeats_sent`, `heartbeats_received`), not in
+//! `sent`, `received` or `rejected`.
+//!
+//! Given a [`record::Sink<LinkState>`](aimdb_core::record::Sink) (a
+//! `Latest<LinkState>` record) with [`Framed::with_link`], the connector
+//! reports its link there, so a task that acts on the link awaits the
+//! record's reader:
+//!
+//! - `connecting` before each connection attempt of
+//!   [`Framed::run_reconnecting`];
+//! - `online` when the link is up: with the heartbeat, when the first
+//!   frame from the peer arrives; without it, when the run starts;
+//! - `offline` with its [`Cause`] when a run ends: `Closed` at end of
+//!   stream, `Io` for a transport error, `Silent` for the heartbeat
+//!   timeout.
+//!
+//! Each state is written only when it changes. The **sequence** in it is
+//! the peer's birth sequence once the peer sent one in this connection
+//! (so a gateway can publish a device's presence with the device's own
+//! sequence), else our own. Our own birth sequence starts at
+//! [`Config::first_seq`] (default 1) and grows by one per connection; it
+//! starts again when the connector is created (after a reboot) unless the
+//! application seeds `first_seq` from storage. A peer whose sequence
+//! changes while the link is up (it restarted on a UART that never
+//! closed) is reported `online` again with its new sequence.
+//!
 //! No allocation, no task per route, no boxed future.
 
 pub mod frame;
@@ -83,7 +140,8 @@ use crate::reconnect::{millis, wait, Backoff, Reconnect, Stopped};
 use frame::{Decoder, Event, FrameError};
 pub use frame::{MAX_ENCODED, MAX_FRAME};
 
-/// Why [`Framed::run`] ended. Bad frames never end it; only the transport.
+/// Why [`Framed::run`] ended. Bad frames never end it; only the transport
+/// (or, with the heartbeat, a silent peer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Error {
