@@ -48,6 +48,16 @@ static CMD_IN: inbound::Link<'static, Record<Cs, Mailbox<Command>, 1>, Postcard,
 static READY: Readiness<1> = Readiness::new();
 /// Counters of the device link.
 pub static LINK: framed::Counters = framed::Counters::new();
+/// The device link's state, written by the framed connector
+/// ([`connector`]): online once the host is heard, offline with the cause
+/// when the link ends.
+pub static LINK_STATE: Record<Cs, Latest<LinkState>, 1> = Record::new("framed-link");
+/// The device link's heartbeat: a keep-alive after 1 s idle, the host gone
+/// after 3 s of silence.
+pub const HEARTBEAT: framed::Heartbeat =
+    framed::Heartbeat::new(Duration::from_secs(1), Duration::from_secs(3));
+/// The birth sequence of the next connection (since boot).
+static BIRTH: AtomicU32 = AtomicU32::new(1);
 /// Counters of the MQTT connector ([`mqtt_connector`]).
 pub static MQTT: mqtt::Counters = mqtt::Counters::new();
 /// The MQTT connector's link state (a task may await it).
@@ -65,9 +75,20 @@ const RX_FRAME: usize = 64;
 /// Transmit buffer: a batch of frames (a reading frame is ~20 bytes).
 const TX_BUF: usize = 128;
 
-/// Runs the connector on one connection until the stream ends. Call again
-/// on the next connection; `Latest` status is re-sent each time.
-pub async fn connector<R: Read, W: Write>(rx: R, tx: W) -> framed::Error {
+/// The device link's configuration: [`HEARTBEAT`] on (the host end must
+/// run it too).
+pub fn framed_config() -> framed::Config {
+    let mut config = framed::Config::new();
+    config.heartbeat = Some(HEARTBEAT);
+    config
+}
+
+/// Runs the connector on one connection until the stream ends (or, with
+/// the heartbeat of `config`, the host falls silent), reporting the link
+/// in [`LINK_STATE`]. Call again on the next connection; `Latest` status
+/// is re-sent each time, and each call takes the next birth sequence
+/// (`config.first_seq` is not used).
+pub async fn connector<R: Read, W: Write>(rx: R, tx: W, config: framed::Config) -> framed::Error {
     let (Ok(readings), Ok(status)) = (READINGS.subscribe(), STATUS.subscribe()) else {
         // Only this function subscribes, and it releases its readers on
         // return: a second concurrent call is a programming error.
@@ -92,8 +113,16 @@ pub async fn connector<R: Read, W: Write>(rx: R, tx: W) -> framed::Error {
     let (Ok(mut routes), Ok(mut dispatch)) = (routes, dispatch) else {
         return framed::Error::Closed;
     };
-    let mut framed = Framed::<RX_FRAME, TX_BUF>::with_sizes(&LINK);
-    framed.run(rx, tx, &mut dispatch, &mut routes).await
+    let mut config = config;
+    let birth = BIRTH.load(Ordering::Relaxed);
+    BIRTH.store(birth.wrapping_add(1), Ordering::Relaxed);
+    config.first_seq = u64::from(birth);
+    let mut framed = Framed::<RX_FRAME, TX_BUF>::with_sizes(&LINK)
+        .with_config(config)
+        .with_link(&LINK_STATE);
+    framed
+        .run_with_timer(rx, tx, Delay, &mut dispatch, &mut routes)
+        .await
 }
 
 /// MQTT session buffers: one inbound packet (a command: topic + a few

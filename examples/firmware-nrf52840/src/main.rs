@@ -67,7 +67,7 @@ async fn run(
     mut tx: buffered_uarte::BufferedUarteTx<'_>,
 ) {
     loop {
-        let _ = device_app::connector(&mut rx, &mut tx).await;
+        let _ = device_app::connector(&mut rx, &mut tx, device_app::framed_config()).await;
     }
 }
 

@@ -20,6 +20,7 @@ use aimdb_core::codec::{Json, Postcard};
 use aimdb_core::connector::{DispatchError, InboundStats};
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;
+use aimdb_core::link::LinkState;
 use aimdb_core::outbound;
 use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Mailbox, Reader, Record, Ring};
@@ -40,6 +41,11 @@ static MQTT_READY: Readiness<1> = Readiness::new();
 
 /// Device link counters.
 pub static DEVICE_LINK: framed::Counters = framed::Counters::new();
+/// The device link's state, written by the device-side framed connector
+/// (heartbeat on): `connecting`, `online` with the device's own birth
+/// sequence once the device is heard, `offline` with the cause.
+pub static DEVICE_LINK_STATE: Record<HostRawMutex, Latest<LinkState>, 1> =
+    Record::new("device-link");
 /// MQTT connector counters.
 pub static MQTT: Counters = Counters::new();
 /// The device side's inbound table counters, readable here.
@@ -140,7 +146,15 @@ pub async fn device(link: DeviceLink, readers: DeviceReaders) {
         min: Duration::from_secs(1),
         max: Duration::from_secs(1),
     };
-    let mut framed = Framed::new(&DEVICE_LINK).with_config(config);
+    // The device's heartbeat: a keep-alive after 1 s idle, the device gone
+    // after 3 s of silence.
+    config.heartbeat = Some(framed::Heartbeat::new(
+        Duration::from_secs(1),
+        Duration::from_secs(3),
+    ));
+    let mut framed = Framed::new(&DEVICE_LINK)
+        .with_config(config)
+        .with_link(&DEVICE_LINK_STATE);
     let stopped = framed
         .run_reconnecting(link, TokioDelay, &mut dispatch, &mut routes)
         .await;

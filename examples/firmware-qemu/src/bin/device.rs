@@ -21,9 +21,10 @@ async fn main(spawner: Spawner) {
     spawner.spawn(device_app::control_task().unwrap_or_else(|_| fail("control task")));
     spawner.spawn(device_app::sensor_task().unwrap_or_else(|_| fail("sensor task")));
     loop {
-        // A UART never closes; should the connector end anyway, start over
-        // (which re-sends the status).
-        let e = device_app::connector(&mut rx, &mut tx).await;
+        // A UART never closes; should the connector end anyway (the host
+        // silent past the heartbeat's timeout), start over (which re-sends
+        // the status and a hello with the next birth sequence).
+        let e = device_app::connector(&mut rx, &mut tx, device_app::framed_config()).await;
         hprintln!("device: link ended: {}", e);
     }
 }

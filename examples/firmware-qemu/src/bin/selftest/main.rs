@@ -16,6 +16,10 @@
 //! condition) and add it to [`SYNC_CHECKS`]; an async check is an
 //! `async fn(Spawner) -> bool` called from `main` through [`Tally::check`].
 //!
+//! `framed_link_state` runs two framed connectors with the heartbeat over
+//! an in-memory pipe: a task awaiting the `Latest<LinkState>` record wakes
+//! when the link comes up and again when the peer stops (silence).
+//!
 //! Besides the record kinds, the checks cover inbound routing
 //! (`inbound_dispatch`: exact, pattern and keyed routes, every bad-frame
 //! kind counted and harmless) and outbound routing (`outbound_routes`:
@@ -52,6 +56,7 @@ macro_rules! ensure {
     };
 }
 
+mod link;
 mod peer;
 
 /// Counts check results.
@@ -676,6 +681,7 @@ async fn main(spawner: Spawner) {
     }
     t.check("async_recv_ping_pong", async_recv_ping_pong(spawner).await);
     t.check("outbound_routes", outbound_routes(spawner).await);
+    t.check("framed_link_state", link::framed_link_state().await);
     t.check("device_app", peer::device_app(spawner).await);
 
     hprintln!("firmware: {} passed, {} failed", t.passed, t.failed);

@@ -6,6 +6,7 @@
 //! connectors' own frame encoder and decoder.
 
 use aimdb_connectors::framed::frame::{self, Decoder, Event};
+use aimdb_connectors::framed;
 use aimdb_connectors::loopback::{Pair, PipeReader, PipeWriter};
 use cortex_m_semihosting::hprintln;
 use device_protocol::{topics, Command, Reading, Status};
@@ -21,7 +22,8 @@ const READINGS: u32 = 20;
 #[embassy_executor::task]
 async fn connector() {
     let (rx, tx) = PIPE.b();
-    let e = device_app::connector(rx, tx).await;
+    // No heartbeat: the scripted peer does not speak keep-alives.
+    let e = device_app::connector(rx, tx, framed::Config::new()).await;
     hprintln!("  device connector ended: {}", e);
 }
 
