@@ -22,11 +22,15 @@ demo:
 ## The same, as a test: longer, and at least 150 readings exactly once;
 ## then the MQTT device (the MQTT connector in the firmware) straight to a
 ## mosquitto, checked with mosquitto_sub/mosquitto_pub across a broker
-## restart (examples/gateway/src/bin/mqtt-device-e2e.rs).
+## restart (examples/gateway/src/bin/mqtt-device-e2e.rs); then presence
+## through the gateway: the device frozen, killed and restarted, the
+## gateway killed, watched with mosquitto_sub (src/bin/presence-e2e.rs).
 e2e:
 	bash scripts/firmware.sh device >/dev/null
 	$(CARGO) run --release -p gateway -- --qemu $(DEVICE_ELF) --demo --seconds 8 --min-readings 150
 	$(CARGO) run --release -p gateway --bin mqtt-device-e2e -- --qemu $(DEVICE_MQTT_ELF)
+	$(CARGO) build --release -p gateway --bin gateway
+	$(CARGO) run --release -p gateway --bin presence-e2e -- --qemu $(DEVICE_ELF)
 
 ## Every host test, for each feature set of aimdb-core CI builds, and the
 ## quickstart example (it asserts its own outcome).

@@ -3,6 +3,8 @@
 //! ```text
 //!  device ══UART/TCP══► framed ──► Dispatch ──► READINGS (Ring), STATUS (Latest) ──► Routes ──► MQTT {prefix}/readings, /status
 //!  device ◄═UART/TCP═══ framed ◄── Routes ◄──── COMMAND (Mailbox) ◄──── Dispatch ◄── MQTT {prefix}/cmd
+//!          framed link state ──► DEVICE_LINK_STATE (Latest) ──► Routes ──► MQTT {prefix}/presence
+//!                                              gateway's own birth and will: {prefix}/gateway/presence
 //! ```
 //!
 //! postcard on the device link (small, no_std), JSON on MQTT (readable by
@@ -20,7 +22,7 @@ use aimdb_core::codec::{Json, Postcard};
 use aimdb_core::connector::{DispatchError, InboundStats};
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;
-use aimdb_core::link::LinkState;
+use aimdb_core::link::{LinkState, PresenceJson};
 use aimdb_core::outbound;
 use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Mailbox, Reader, Record, Ring};
@@ -90,6 +92,7 @@ pub struct Readers {
     command: Reader<'static, HostRawMutex, Mailbox<Command>, 1>,
     readings: Reader<'static, HostRawMutex, Ring<Reading, READINGS_DEPTH>, 1>,
     status: Reader<'static, HostRawMutex, Latest<Status>, 1>,
+    presence: Reader<'static, HostRawMutex, Latest<LinkState>, 1>,
 }
 
 impl Readers {
@@ -99,6 +102,7 @@ impl Readers {
             command: COMMAND.subscribe().expect("command reader"),
             readings: READINGS.subscribe().expect("readings reader"),
             status: STATUS.subscribe().expect("status reader"),
+            presence: DEVICE_LINK_STATE.subscribe().expect("device link reader"),
         }
     }
 
@@ -106,7 +110,7 @@ impl Readers {
     pub fn split(self) -> (DeviceReaders, MqttReaders) {
         (
             DeviceReaders(self.command),
-            MqttReaders(self.readings, self.status),
+            MqttReaders(self.readings, self.status, self.presence),
         )
     }
 }
@@ -117,6 +121,7 @@ pub struct DeviceReaders(Reader<'static, HostRawMutex, Mailbox<Command>, 1>);
 pub struct MqttReaders(
     Reader<'static, HostRawMutex, Ring<Reading, READINGS_DEPTH>, 1>,
     Reader<'static, HostRawMutex, Latest<Status>, 1>,
+    Reader<'static, HostRawMutex, Latest<LinkState>, 1>,
 );
 
 /// The device side: framed-stream connector over TCP; reconnects for ever.
@@ -174,8 +179,34 @@ fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
 }
 
-/// The MQTT side: readings and status out, commands in.
-pub async fn mqtt(broker: Broker, readers: MqttReaders) -> aimdb_connectors::reconnect::Stopped {
+/// The gateway's own presence topic under `prefix`. Consumers join it with
+/// the device's presence (`{prefix}/presence`): the device is there only
+/// while both say `online`. One MQTT will covers one topic with a payload
+/// fixed at connect time, so it cannot carry the device's own (changing)
+/// birth sequence; and a gateway serving several devices would need one
+/// will per device. So the gateway's will marks the gateway, as an edge
+/// node's death implies its devices' in Sparkplug.
+pub fn gateway_presence_topic(prefix: &str) -> String {
+    format!("{prefix}/gateway/presence")
+}
+
+/// The first birth sequence of this process: the wall clock in
+/// milliseconds, so sequences keep growing across restarts of the
+/// gateway.
+fn first_seq() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_millis() as u64)
+}
+
+/// The MQTT side: readings and status out, commands in; its own presence.
+/// Runs until `stop` completes (then says `offline` and disconnects
+/// cleanly) or the reconnect policy gives up.
+pub async fn mqtt(
+    broker: Broker,
+    readers: MqttReaders,
+    stop: impl std::future::Future<Output = ()>,
+) -> aimdb_connectors::reconnect::Stopped {
     let cmd_topic = leak(format!("{}/cmd", broker.prefix));
     let cmd_in = inbound::Link::new(&COMMAND, Json).with_max_payload(256);
     let mut b = Dispatch::<4, 4>::builder();
@@ -184,32 +215,34 @@ pub async fn mqtt(broker: Broker, readers: MqttReaders) -> aimdb_connectors::rec
 
     let readings_topic = leak(format!("{}/readings", broker.prefix));
     let status_topic = leak(format!("{}/status", broker.prefix));
-    let MqttReaders(readings, status) = readers;
+    let presence_topic = leak(format!("{}/presence", broker.prefix));
+    let MqttReaders(readings, status, presence) = readers;
     // At least once (a `Ring`'s default, said here because it matters): a
     // reading survives a broker hiccup.
     let mut readings = outbound::Link::new(readings, readings_topic, Json).qos(QoS::AtLeastOnce);
     let mut status = outbound::Link::new(status, status_topic, Json);
+    // The device's presence: its link state, retained (a `Latest`), in the
+    // presence convention's JSON, with the device's own birth sequence.
+    let mut presence = outbound::Link::new(presence, presence_topic, PresenceJson);
     let mut payload = [0u8; 256];
-    let mut b = Routes::<_, 1, 2>::builder(&MQTT_READY, &mut payload);
-    b.link(&mut readings).link(&mut status);
+    let mut b = Routes::<_, 1, 3>::builder(&MQTT_READY, &mut payload);
+    b.link(&mut readings).link(&mut status).link(&mut presence);
     let mut routes = b.build().expect("MQTT outbound table");
 
     let mut config = Config::new("aimdb-gateway");
+    let mut presence = mqtt::Presence::new(leak(gateway_presence_topic(&broker.prefix)));
+    presence.first_seq = first_seq();
+    config.presence = Some(presence);
     let creds = broker
         .credentials
         .as_ref()
         .map(|(u, p)| (u.as_str(), p.as_bytes()));
     config.credentials = creds;
     match broker.tls {
-        Some(tls) => run(config, tls, &mut dispatch, &mut routes).await,
+        Some(tls) => run(config, tls, &mut dispatch, &mut routes, stop).await,
         None => {
-            run(
-                config,
-                TcpConnect::new(broker.addr),
-                &mut dispatch,
-                &mut routes,
-            )
-            .await
+            let tcp = TcpConnect::new(broker.addr);
+            run(config, tcp, &mut dispatch, &mut routes, stop).await
         }
     }
 }
@@ -220,6 +253,7 @@ async fn run<C: Connect>(
     connect: C,
     dispatch: &mut (impl aimdb_core::connector::FrameSink + ?Sized),
     routes: &mut (impl aimdb_core::connector::MessageSource + ?Sized),
+    stop: impl std::future::Future<Output = ()>,
 ) -> aimdb_connectors::reconnect::Stopped {
     let (mut rx, mut tx) = (vec![0u8; 2048], vec![0u8; 8192]);
     let mut client = Mqtt::new(
@@ -233,7 +267,7 @@ async fn run<C: Connect>(
         },
     )
     .expect("MQTT configuration");
-    client.run(dispatch, routes).await
+    client.run_until(dispatch, routes, stop).await
 }
 
 /// One line of counters.

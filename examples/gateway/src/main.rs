@@ -214,7 +214,7 @@ async fn run(args: Args) -> ExitCode {
         }
     };
     println!(
-        "gateway: MQTT broker {addr} ({}), topics {}/{{readings,status,cmd}}",
+        "gateway: MQTT broker {addr} ({}), topics {}/{{readings,status,cmd,presence,gateway/presence}}",
         if args.broker.is_some() {
             "external"
         } else {
@@ -286,8 +286,13 @@ async fn run(args: Args) -> ExitCode {
         prefix: args.prefix.clone(),
         tls,
     };
-    tokio::spawn(async move {
-        let why = bridge::mqtt(mqtt_broker, mqtt_readers).await;
+    // Stopped on purpose at exit: the gateway says `offline` itself.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mqtt_task = tokio::spawn(async move {
+        let stop = async {
+            let _ = stopped.await;
+        };
+        let why = bridge::mqtt(mqtt_broker, mqtt_readers, stop).await;
         eprintln!("gateway: MQTT connector stopped: {why}");
     });
     tokio::spawn(async {
@@ -321,7 +326,7 @@ async fn run(args: Args) -> ExitCode {
         if ok {
             ExitCode::SUCCESS
         } else {
-            eprintln!("demo: FAILED (need 3 round trips, at least {} readings, none out of order or lost)", args.min_readings);
+            eprintln!("demo: FAILED (need 3 round trips, the device and the gateway seen online, at least {} readings, none out of order or lost)", args.min_readings);
             ExitCode::FAILURE
         }
     } else {
@@ -338,6 +343,13 @@ async fn run(args: Args) -> ExitCode {
         started.elapsed().as_secs_f64(),
         bridge::status_line()
     );
+    let _ = stop.send(());
+    if tokio::time::timeout(Duration::from_secs(6), mqtt_task)
+        .await
+        .is_err()
+    {
+        eprintln!("gateway: the MQTT connector did not stop within 6 s");
+    }
     if let Some(mut child) = _qemu.take() {
         let _ = child.kill().await;
     }

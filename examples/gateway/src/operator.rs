@@ -16,6 +16,7 @@ use aimdb_connectors::tokio_io::TokioDelay;
 use aimdb_core::codec::Json;
 use aimdb_core::inbound;
 use aimdb_core::inbound::{Dispatch, Route};
+use aimdb_core::link::LinkState;
 use aimdb_core::outbound;
 use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Mailbox, Record, RecvError, Ring};
@@ -26,6 +27,10 @@ use device_protocol::{Command, Reading, Status};
 static READINGS: Record<HostRawMutex, Ring<Reading, 1024>, 1> = Record::new("op/readings");
 static STATUS: Record<HostRawMutex, Latest<Status>, 1> = Record::new("op/status");
 static CMD: Record<HostRawMutex, Mailbox<Command>, 1> = Record::new("op/cmd");
+static DEVICE_PRESENCE: Record<HostRawMutex, Latest<LinkState>, 1> =
+    Record::new("op/device-presence");
+static GATEWAY_PRESENCE: Record<HostRawMutex, Latest<LinkState>, 1> =
+    Record::new("op/gateway-presence");
 static READY: Readiness<1> = Readiness::new();
 static COUNTERS: Counters = Counters::new();
 
@@ -40,11 +45,20 @@ pub struct Report {
     pub out_of_order: u32,
     /// Readings the broker path lost (`Ring` lag; must be 0).
     pub lost: u64,
+    /// Presence changes seen: (`"device"` or `"gateway"`, the state).
+    pub presence: Vec<(&'static str, LinkState)>,
 }
 
 impl Report {
     pub fn ok(&self, min_readings: u32) -> bool {
+        let online = |who| {
+            self.presence
+                .iter()
+                .any(|(w, p)| *w == who && p.is_online())
+        };
         self.round_trips.len() == 3
+            && online("device")
+            && online("gateway")
             && self.readings >= min_readings
             && self.out_of_order == 0
             && self.lost == 0
@@ -60,7 +74,9 @@ pub async fn run(
     min_readings: u32,
 ) -> Report {
     let (readings_topic, status_topic) = (format!("{prefix}/readings"), format!("{prefix}/status"));
-    let links: [(&str, &(dyn Route + Sync)); 2] = [
+    let device_presence = format!("{prefix}/presence");
+    let gateway_presence = crate::bridge::gateway_presence_topic(prefix);
+    let links: [(&str, &(dyn Route + Sync)); 4] = [
         (
             &readings_topic,
             &inbound::Link::new(&READINGS, Json).with_max_payload(256),
@@ -68,6 +84,14 @@ pub async fn run(
         (
             &status_topic,
             &inbound::Link::new(&STATUS, Json).with_max_payload(256),
+        ),
+        (
+            &device_presence,
+            &inbound::Link::new(&DEVICE_PRESENCE, Json).with_max_payload(128),
+        ),
+        (
+            &gateway_presence,
+            &inbound::Link::new(&GATEWAY_PRESENCE, Json).with_max_payload(128),
         ),
     ];
     let mut b = Dispatch::<4, 4>::builder();
@@ -97,6 +121,21 @@ pub async fn run(
 
     let mut readings = READINGS.subscribe().expect("reader");
     let mut status = STATUS.subscribe().expect("reader");
+    let mut device = DEVICE_PRESENCE.subscribe().expect("reader");
+    let mut gateway = GATEWAY_PRESENCE.subscribe().expect("reader");
+    let seen = std::sync::Mutex::new(Vec::new());
+    // Every presence change, printed as it arrives.
+    let watch = async {
+        loop {
+            let (who, p) = tokio::select! {
+                p = device.recv() => ("device", p),
+                p = gateway.recv() => ("gateway", p),
+            };
+            let Ok(p) = p else { continue };
+            println!("demo: presence: {who} {p:?}");
+            seen.lock().unwrap().push((who, p));
+        }
+    };
     let script = async {
         let mut report = Report::default();
         let deadline = Instant::now() + Duration::from_secs(seconds);
@@ -161,11 +200,14 @@ pub async fn run(
             }
         }
     };
-    tokio::select! {
+    let mut report = tokio::select! {
         report = script => report,
+        () = watch => unreachable!("the presence watch never ends"),
         stopped = client.run(&mut dispatch, &mut routes) => {
             eprintln!("demo: operator MQTT client stopped: {stopped}");
             Report::default()
         }
-    }
+    };
+    report.presence = seen.into_inner().unwrap();
+    report
 }
