@@ -218,6 +218,9 @@ pub mod inbound;
 pub mod link;
 pub mod outbound;
 pub mod record;
+#[cfg(feature = "remote")]
+#[cfg_attr(docsrs, doc(cfg(feature = "remote")))]
+pub mod remote;
 pub mod sync;
 pub mod topic;
 

@@ -15,7 +15,7 @@ pub enum Take<T> {
 /// Which of the three buffer kinds a record has, for transports that treat
 /// state, streams and commands differently (MQTT retains state and does
 /// not apply retained commands).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Kind {
     /// [`Latest`]: state; the newest value is the truth.
@@ -35,6 +35,8 @@ pub trait Buffer: sealed::Sealed {
     type Item;
     /// Which kind this is.
     const KIND: Kind;
+    /// How many values it holds (`Ring<T, N>`: `N`; the others: 1).
+    const CAPACITY: usize = 1;
     /// Per-reader position.
     type Cursor: Copy + Send + Sync;
     /// The empty buffer (used by `const fn` constructors).
@@ -55,6 +57,9 @@ pub trait Buffer: sealed::Sealed {
     /// Whether a `take` at `cursor` would return something other than
     /// [`Take::Empty`].
     fn has_more(&self, cursor: &Self::Cursor) -> bool;
+    /// The newest value held, without taking it (`Mailbox`: the pending
+    /// command, if any).
+    fn newest(&self) -> Option<&Self::Item>;
     /// Re-arms `cursor` so the current value is delivered again, for kinds
     /// where that is meaningful (`Latest`: state is re-published after a
     /// transport reconnects). Streams and commands are not replayed.
@@ -100,6 +105,10 @@ impl<T: Clone> Buffer for Latest<T> {
     fn push(&mut self, value: T) {
         self.value = Some(value);
         self.seq = self.seq.wrapping_add(1);
+    }
+
+    fn newest(&self) -> Option<&T> {
+        self.value.as_ref()
     }
 
     // A reader that took the current value has its cursor at `seq`.
@@ -152,6 +161,7 @@ pub struct Ring<T, const N: usize> {
 impl<T: Clone, const N: usize> Buffer for Ring<T, N> {
     type Item = T;
     const KIND: Kind = Kind::Ring;
+    const CAPACITY: usize = N;
     /// Sequence number of the next value this reader reads.
     type Cursor = u64;
     const EMPTY: Self = {
@@ -165,6 +175,11 @@ impl<T: Clone, const N: usize> Buffer for Ring<T, N> {
     fn push(&mut self, value: T) {
         self.slots[(self.head % N as u64) as usize] = Some(value);
         self.head += 1;
+    }
+
+    fn newest(&self) -> Option<&T> {
+        let last = self.head.checked_sub(1)?;
+        self.slots[(last % N as u64) as usize].as_ref()
     }
 
     fn subscribe(&self) -> u64 {
@@ -213,6 +228,10 @@ impl<T> Buffer for Mailbox<T> {
 
     fn push(&mut self, value: T) {
         self.value = Some(value);
+    }
+
+    fn newest(&self) -> Option<&T> {
+        self.value.as_ref()
     }
 
     fn untaken(&self, _: &[Option<()>]) -> bool {

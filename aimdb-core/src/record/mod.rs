@@ -167,7 +167,7 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
     }
 
     /// The record's name (its key).
-    pub fn name(&self) -> &'static str {
+    pub const fn name(&self) -> &'static str {
         self.name
     }
 
@@ -215,6 +215,14 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
     /// to the reader instead; this stays 0 for it.
     pub fn replaced(&self) -> u64 {
         self.state.lock(|s| s.borrow().replaced)
+    }
+
+    /// Runs `f` on the newest value held (`Ring`: the last written;
+    /// `Mailbox`: the pending command), inside the record's critical
+    /// section: keep `f` short (encode it, copy it). Nothing is taken and
+    /// no reader's position changes.
+    pub fn with_newest<O>(&self, f: impl FnOnce(Option<&B::Item>) -> O) -> O {
+        self.state.lock(|s| f(s.borrow().buf.newest()))
     }
 
     /// A cheap copyable write handle.
