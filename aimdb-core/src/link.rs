@@ -39,6 +39,7 @@ use crate::codec::{Encode, EncodeError};
 /// Where a link stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "remote", derive(postcard_schema::Schema))]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// Not up yet: the connector is opening the transport or waiting to
@@ -54,6 +55,7 @@ pub enum Status {
 /// Why a link went down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "remote", derive(postcard_schema::Schema))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Cause {
@@ -99,8 +101,9 @@ impl fmt::Display for Cause {
 /// Serialized (serde) as the presence object of the [module
 /// docs](self); [`PresenceJson`] writes the same bytes without serde on
 /// `no_std`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "remote", derive(postcard_schema::Schema))]
 pub struct LinkState {
     /// Up, down or on its way.
     pub status: Status,
@@ -108,8 +111,25 @@ pub struct LinkState {
     /// 0 before the first.
     pub seq: u64,
     /// Why the link is down; `None` unless [`Status::Offline`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub cause: Option<Cause>,
+}
+
+/// Human-readable formats (JSON) leave out a `cause` of `None`, as the
+/// presence convention writes it; compact ones (postcard) carry every
+/// field, since they have no field names to tell one left out.
+impl serde::Serialize for LinkState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let short = s.is_human_readable() && self.cause.is_none();
+        let mut st = s.serialize_struct("LinkState", if short { 2 } else { 3 })?;
+        st.serialize_field("status", &self.status)?;
+        st.serialize_field("seq", &self.seq)?;
+        if !short {
+            st.serialize_field("cause", &self.cause)?;
+        }
+        st.end()
+    }
 }
 
 impl LinkState {
@@ -268,6 +288,14 @@ mod tests {
         assert!(LinkState::offline(7, Cause::Lost).applies_after(&LinkState::offline(8, Cause::Io)));
         // A restarted sequence is a birth all the same.
         assert!(LinkState::online(1).applies_after(&current));
+    }
+
+    #[test]
+    fn postcard_carries_every_field() {
+        for s in [LinkState::online(3), LinkState::offline(3, Cause::Io)] {
+            let bytes = postcard::to_allocvec(&s).unwrap();
+            assert_eq!(postcard::from_bytes::<LinkState>(&bytes).unwrap(), s);
+        }
     }
 
     #[cfg(feature = "json")]

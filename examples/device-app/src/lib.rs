@@ -25,6 +25,7 @@ use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;
 use aimdb_core::link::LinkState;
+use aimdb_core::remote::{Description, Responder};
 use aimdb_core::outbound;
 use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Mailbox, Record, Ring};
@@ -67,13 +68,33 @@ pub static MQTT_LINK: Record<Cs, Latest<LinkState>, 1> = Record::new("mqtt-link"
 pub static LINK_STATS: Record<Cs, Latest<LinkStats>, 1> = Record::new("link");
 static MQTT_READY: Readiness<1> = Readiness::new();
 
+/// What the device lets a remote client see (`aimdb ls`): every record,
+/// with the topics it is routed on. Only commands may be written.
+pub static DESCRIPTIONS: [Description; 6] = [
+    Description::of(&READINGS).topics(&[topics::READINGS]),
+    Description::of(&STATUS).topics(&[topics::STATUS]),
+    Description::of(&CMD).topics(&[topics::CMD]).writable(),
+    Description::of(&LINK_STATS).topics(&[topics::LINK]),
+    Description::of(&LINK_STATE),
+    Description::of(&MQTT_LINK),
+];
+/// Answers remote-access requests (one at a time, up to 64 bytes each)
+/// on whichever connector runs.
+pub static REMOTE: Responder<Cs, REMOTE_REQ_MAX> = Responder::new(&DESCRIPTIONS);
+/// The largest remote-access request taken.
+const REMOTE_REQ_MAX: usize = 64;
+/// The answer buffer: the largest answer is a description with its
+/// schema (about 150 bytes for `LinkStats`); list pages shrink to fit.
+const ANSWER_MAX: usize = 192;
+
 /// Reading interval in milliseconds (changed by `SetInterval`).
 static INTERVAL_MS: AtomicU32 = AtomicU32::new(100);
 
 /// Largest decoded frame in: a command is a few bytes.
 const RX_FRAME: usize = 64;
-/// Transmit buffer: a batch of frames (a reading frame is ~20 bytes).
-const TX_BUF: usize = 128;
+/// Transmit buffer: a batch of frames (a reading frame is ~20 bytes; a
+/// remote answer up to ANSWER_MAX plus its topic and COBS overhead).
+const TX_BUF: usize = 256;
 
 /// The device link's configuration: [`HEARTBEAT`] on (the host end must
 /// run it too).
@@ -96,18 +117,20 @@ pub async fn connector<R: Read, W: Write>(rx: R, tx: W, config: framed::Config) 
     };
     let mut readings = outbound::Link::new(readings, topics::READINGS, Postcard);
     let mut status = outbound::Link::new(status, topics::STATUS, Postcard);
-    // A reading is at most 10 bytes of postcard, a status 13.
-    let mut payload = [0u8; 16];
+    let mut answers = outbound::Link::new(REMOTE.requests(), topics::REMOTE_RSP, REMOTE.answers());
+    // A reading is at most 10 bytes of postcard, a status 13; a remote
+    // answer up to ANSWER_MAX.
+    let mut payload = [0u8; ANSWER_MAX];
     // Builders live in blocks so they do not keep space in the task's
     // state across the awaits below.
     let routes = {
-        let mut b = Routes::<_, 1, 2>::builder(&READY, &mut payload);
-        b.link(&mut readings).link(&mut status);
+        let mut b = Routes::<_, 1, 3>::builder(&READY, &mut payload);
+        b.link(&mut readings).link(&mut status).link(&mut answers);
         b.build()
     };
     let dispatch = {
-        let mut b = Dispatch::<2, 2>::builder();
-        b.link(topics::CMD, &CMD_IN);
+        let mut b = Dispatch::<2, 8>::builder();
+        b.link(topics::CMD, &CMD_IN).link(topics::REMOTE_REQ, &REMOTE);
         b.build()
     };
     let (Ok(mut routes), Ok(mut dispatch)) = (routes, dispatch) else {
@@ -190,17 +213,23 @@ pub async fn mqtt_connector<C: aimdb_connectors::Connect>(
     // Readings and status at their kinds' QoS 1; the counters change
     // often and the next value supersedes a lost one: QoS 0.
     let mut link = outbound::Link::new(link, topics::LINK, Postcard).qos(QoS::AtMostOnce);
-    // The largest payload is a LinkStats: seven `u32`s, at most 35 bytes
-    // of postcard.
-    let mut payload = [0u8; 35];
+    let mut answers =
+        outbound::Link::new(REMOTE.requests(), topics::MQTT_REMOTE_RSP, REMOTE.answers());
+    // The largest record payload is a LinkStats (seven `u32`s, at most 35
+    // bytes of postcard); a remote answer is up to ANSWER_MAX.
+    let mut payload = [0u8; ANSWER_MAX];
     let routes = {
-        let mut b = Routes::<_, 1, 3>::builder(&MQTT_READY, &mut payload);
-        b.link(&mut readings).link(&mut status).link(&mut link);
+        let mut b = Routes::<_, 1, 4>::builder(&MQTT_READY, &mut payload);
+        b.link(&mut readings)
+            .link(&mut status)
+            .link(&mut link)
+            .link(&mut answers);
         b.build()
     };
     let dispatch = {
-        let mut b = Dispatch::<2, 2>::builder();
-        b.link(topics::CMD, &CMD_IN);
+        let mut b = Dispatch::<2, 8>::builder();
+        b.link(topics::CMD, &CMD_IN)
+            .link(topics::MQTT_REMOTE_REQ, &REMOTE);
         b.build()
     };
     let (Ok(mut routes), Ok(mut dispatch)) = (routes, dispatch) else {

@@ -2,10 +2,11 @@
 //! topics. Payloads are postcard on the device link and JSON on MQTT.
 #![no_std]
 
+use postcard_schema::Schema;
 use serde::{Deserialize, Serialize};
 
 /// Device → host: one sensor reading, `seq` counting from 0 since boot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Schema)]
 pub struct Reading {
     /// Sequence number (0, 1, 2, …), so a receiver can prove exactly-once.
     pub seq: u32,
@@ -14,7 +15,7 @@ pub struct Reading {
 }
 
 /// Host → device: an instruction (latest wins, taken once).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Schema)]
 pub enum Command {
     /// Switch the LED.
     SetLed(bool),
@@ -25,7 +26,7 @@ pub enum Command {
 }
 
 /// Device → host: the device's state after the last command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, Schema)]
 pub struct Status {
     /// LED state.
     pub led: bool,
@@ -40,7 +41,7 @@ pub struct Status {
 /// Device → host: the MQTT device's connector counters, published when
 /// they change (the framed device has no such record: the gateway counts
 /// its link).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, Schema)]
 pub struct LinkStats {
     /// Publishes received from the broker.
     pub received: u32,
@@ -75,4 +76,13 @@ pub mod topics {
     /// The device's presence (`aimdb_core::link`'s JSON, retained): its
     /// birth and will on MQTT.
     pub const PRESENCE: &str = "dev/presence";
+    /// Remote-access requests to the device on its framed link
+    /// (`aimdb_core::remote`); through the gateway, under its prefix.
+    pub const REMOTE_REQ: &str = "aimdb/req";
+    /// Remote-access answers from the device on its framed link.
+    pub const REMOTE_RSP: &str = "aimdb/rsp";
+    /// Remote-access requests to the MQTT device.
+    pub const MQTT_REMOTE_REQ: &str = "dev/aimdb/req";
+    /// Remote-access answers from the MQTT device.
+    pub const MQTT_REMOTE_RSP: &str = "dev/aimdb/rsp";
 }
