@@ -150,7 +150,7 @@ fuzz:
 	bash scripts/fuzz.sh $(or $(FUZZ_SECONDS),120)
 
 ## The CI smoke: every target for 20 s (with the cargo-fuzz install and a
-## clean build, about 4 minutes on 2 cores).
+## clean build).
 fuzz-smoke:
 	bash scripts/fuzz.sh 20
 

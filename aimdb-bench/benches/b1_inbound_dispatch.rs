@@ -13,17 +13,20 @@
 //! separate untimed pass (the counter is off while timing); [`RUNS`] timed
 //! runs interleaved across all cells, each after a short warm-up.
 //!
-//! Prints the table, the host, whether exact dispatch at 4096 routes is
-//! within 10 % of 8 routes and what pattern and keyed dispatch cost
+//! Prints the table, the host, and the ratios of this run: exact dispatch
+//! at 4096 routes against 8 (a table lookup should not grow with the
+//! route count) beside the A/A range of [`CONTROL`], a second exact
+//! fixture timed the same way, and what pattern and keyed dispatch cost
 //! relative to exact; writes `target/bench-results/b1_inbound_dispatch.json`.
-//! Never fails on timing.
+//! Reported, never a failure: timing on a shared host cannot hold a bound
+//! tighter than its own noise (b2 gates the instruction counts).
 
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::time::Instant;
 
 use aimdb_bench::fixtures::{self, payload, Inbound};
-use aimdb_bench::timing::{allocs, bound_json, cell_json, GatedCounter, Spread, RUNS};
+use aimdb_bench::timing::{allocs, cell_json, GatedCounter, Spread, RUNS};
 use serde_json::json;
 
 #[global_allocator]
@@ -31,6 +34,10 @@ static GLOBAL: GatedCounter = GatedCounter::new();
 
 const ROUTES: [usize; 6] = [1, 8, 64, 256, 1024, 4096];
 const COLUMNS: [&str; 3] = ["exact", "pattern", "keyed_known"];
+/// The A/A control: a second `exact` fixture at every route count, built
+/// and timed the same way. Its ratio to `exact` is what two identical
+/// columns read in this run, the noise a ratio of the run carries.
+const CONTROL: &str = "exact_control";
 /// Diagnostic (stdout only, not a JSON cell): the 4096-route exact table
 /// with only 8 of its topics hit (every 512th), which separates the cost of
 /// the table's size from the cost of touching 4096 different routes,
@@ -44,7 +51,8 @@ const MAX_MSGS: usize = 1_000_000;
 const ALLOC_MSGS: usize = 8_192;
 
 struct Bench {
-    /// `exact`, `pattern` or `keyed_known`; [`HOT8`] for the diagnostic.
+    /// `exact`, `pattern`, `keyed_known` or [`CONTROL`]; [`HOT8`] for the
+    /// diagnostic.
     column: &'static str,
     routes: usize,
     f: Inbound,
@@ -59,7 +67,7 @@ struct Bench {
 impl Bench {
     fn new(column: &'static str, n: usize) -> Self {
         let f = match column {
-            "exact" => fixtures::inbound_exact(n),
+            "exact" | CONTROL => fixtures::inbound_exact(n),
             HOT8 => {
                 let mut f = fixtures::inbound_exact(n);
                 f.topics = f.topics.iter().step_by(n / 8).cloned().collect();
@@ -111,6 +119,7 @@ fn main() {
     let start = Instant::now();
     let mut benches: Vec<Bench> = COLUMNS
         .iter()
+        .chain([&CONTROL])
         .flat_map(|&c| ROUTES.iter().map(move |&n| Bench::new(c, n)))
         .chain([Bench::new(HOT8, 4096)])
         .collect();
@@ -198,11 +207,19 @@ fn report(benches: &[Bench], control: u64, total: f64) {
     }
 
     let r = median(benches, "exact", 4096) / median(benches, "exact", 8);
-    let held = r <= 1.10;
-    println!(
-        "\nbound: exact at 4096 routes / exact at 8 routes = {r:.3} (limit 1.10): {}",
-        if held { "held" } else { "MISSED" }
+    let (lo, hi) = ROUTES
+        .iter()
+        .map(|&n| median(benches, CONTROL, n) / median(benches, "exact", n))
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+            (lo.min(x), hi.max(x))
+        });
+    let text = format!(
+        "exact at 4096 routes / exact at 8 routes = {r:.3} [A/A control, {CONTROL} / exact: {lo:.2}-{hi:.2} over the counts]"
     );
+    println!(
+        "\nratios of this run (medians; reported, never gated: a ratio inside the A/A range cannot be told from 1):"
+    );
+    println!("  exact_4096_vs_8  {r:>7.3}  {text}");
     let hot = median(benches, HOT8, 4096);
     println!(
         "diagnostic: exact, 4096-route table, only 8 of its topics hit (every 512th; \
@@ -240,7 +257,7 @@ fn report(benches: &[Bench], control: u64, total: f64) {
         "host": host,
         "runs": RUNS,
         "cells": cells,
-        "bounds": [bound_json("exact_4096_vs_8", r, 1.10, held)],
+        "ratios": [json!({ "name": "exact_4096_vs_8", "ratio": r, "text": text })],
     });
     match aimdb_bench::write_json("b1_inbound_dispatch", &doc) {
         Ok(p) => println!("wrote {}", p.display()),

@@ -19,8 +19,8 @@
 //!   draining them: the per-record `HostRawMutex` against the global
 //!   critical section.
 //!
-//! Columns and their fairness rules: `common/cells.rs`. The all_busy bound is
-//! read against `scan`, the floor of delivering N written records through
+//! Columns and their fairness rules: `common/cells.rs`. The all_busy ratio
+//! is read against `scan`, the floor of delivering N written records through
 //! the same readers, encode and sink.
 //!
 //! Method: every fixture (records, readers, tables, tasks) is built before
@@ -38,7 +38,8 @@
 //! `host_lock`) contains the text and `B1_SCALE=20` makes every
 //! run 20 times longer (for `perf`/callgrind); either one skips the JSON.
 //!
-//! Prints the tables, the host and whether each bound held; writes
+//! Prints the tables, the host and one table of ratios, each beside its
+//! A/A range where there is one (`ratios.rs`); writes
 //! `target/bench-results/b1_outbound_wakeup.json`. Never fails on timing.
 
 use std::fmt::Write as _;

@@ -1,5 +1,5 @@
 //! B2 cells: b1's same-thread cells counted in instructions under
-//! callgrind, tokio included, so the ratios behind b1's time bounds can be
+//! callgrind, tokio included, so the ratios b1 reports in time can be
 //! read on a host whose timings a neighbour can blur.
 //!
 //! Each row is one cell of `b1_outbound_wakeup` (`common/cells.rs`, the
@@ -14,8 +14,8 @@
 //!
 //! A binary of its own rather than rows of `b2_instructions`: compiled
 //! beside b2's fixtures, these cells (more callers of `Record::take` in one
-//! binary) changed how LLVM inlined the routes b2 gates, and moved its
-//! `outbound_next_written_topic` row by 35 instructions.
+//! binary) change how LLVM inlines the routes b2 gates, and so b2's
+//! counts.
 //!
 //! Gated like b2 (`data/baselines/b2_cells.json`, 2 %): a cell that
 //! costs more is a regression of the library or of its use of tokio

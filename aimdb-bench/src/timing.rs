@@ -208,11 +208,6 @@ pub fn cell_json(
     })
 }
 
-/// One JSON bound: name, ratio read from this run, limit, whether it held.
-pub fn bound_json(name: &str, ratio: f64, limit: f64, held: bool) -> Value {
-    json!({"name": name, "ratio": (ratio * 1000.0).round() / 1000.0, "limit": limit, "held": held})
-}
-
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }

@@ -55,7 +55,7 @@ fn spread(pairs: impl Iterator<Item = (Option<f64>, Option<f64>)>) -> Option<(f6
         })
 }
 
-/// The A/A part of a bound's text, around `ranges` (nothing when empty).
+/// The A/A part of a ratio's text, around `ranges` (nothing when empty).
 fn aa_tag(ranges: &str) -> String {
     if ranges.is_empty() {
         return String::new();
@@ -63,7 +63,7 @@ fn aa_tag(ranges: &str) -> String {
     format!(" [A/A control, task_per_route_control / task_per_route: {ranges}]")
 }
 
-/// ` [A/A …: lo–hi]` for a bound's text, or nothing without a control.
+/// ` [A/A …: lo–hi]` for a ratio's text, or nothing without a control.
 fn aa(range: Option<(f64, f64)>) -> String {
     aa_tag(&range.map_or(String::new(), |(lo, hi)| format!("{lo:.2}-{hi:.2}")))
 }
@@ -92,7 +92,7 @@ fn aa_cross(
 }
 
 /// ` [A/A control, …: thread lo–hi, worker lo–hi]` for a cross-thread
-/// bound's text.
+/// ratio's text.
 fn aa_producers(f: impl Fn(xthread::Producer, xthread::Column, usize) -> Option<f64>) -> String {
     let mut t = String::new();
     for p in [xthread::Producer::Thread, xthread::Producer::Worker] {
@@ -150,7 +150,7 @@ impl Figure {
 /// The A/A controls on their own lines (informational): per scenario and
 /// figure, the range of `task_per_route_control / task_per_route` over the
 /// counts, and as `ratio` the largest factor between the two identical
-/// columns, `max(hi, 1 / lo)`. A parity bound that reads inside that
+/// columns, `max(hi, 1 / lo)`. A parity ratio that reads inside that
 /// factor cannot be told from parity in this run.
 pub fn aa_controls(benches: &[Bench], cross: &[xthread::Cell]) -> Vec<Ratio> {
     use xthread::Producer::{Thread, Worker};
@@ -378,8 +378,8 @@ pub fn cross_thread(cross: &[xthread::Cell], locks: &[xthread::LockCell]) -> Vec
         lock("host_raw_mutex", 1),
         lock("critical_section", 1),
     ) {
-        // Throughput ratio host / global = ns ratio global / host; the bound
-        // is stated as "at most" on the inverse, host / global ns <= 0.1.
+        // Throughput ratio host / global = ns ratio global / host; reported
+        // as host / global ns per write, so lower is better.
         let r = h2 / c2;
         v.push(Ratio {
             name: "host_lock_two_writers",
@@ -401,7 +401,7 @@ pub fn cross_thread(cross: &[xthread::Cell], locks: &[xthread::LockCell]) -> Vec
     v
 }
 
-/// The latency bounds of issue-style targets: parked p99 against a task per
+/// The latency ratios: parked p99 against a task per
 /// route (same and cross thread), and the urgent probe under load against
 /// the same probe alone; plus, informational, the normal probe's p99
 /// beside a task per route's.

@@ -4,11 +4,11 @@
 //! library: the generic library code it runs (the outbound pull, the
 //! record reads) is then compiled inside the binary that runs it, as a
 //! user's crate compiles it, and its presence does not change how the
-//! bench library's own fixtures are compiled (in the library, its callers
-//! of `Record::take` kept the fixtures' routes from inlining `take`:
-//! b2's outbound rows cost 35 instructions more).
+//! bench library's own fixtures are compiled (in the library, more callers
+//! of `Record::take` keep the fixtures' routes from inlining `take`, which
+//! changes what b2's outbound rows count).
 //!
-//! Columns (see the bench README): `task_per_route` (one task per route
+//! Columns (see `docs/BENCHMARKS.md`): `task_per_route` (one task per route
 //! over `Reader::recv`), `task_per_route_control` (parked only: a second,
 //! identical `task_per_route` fixture, the A/A control), `outbound_routes`
 //! (one task over `Routes::next`), `select_all` and `stream_map` (one task over N `poll_fn` streams of
@@ -85,7 +85,7 @@ pub enum Column {
     /// Parked only: a second `TaskPerRoute` fixture, built and run the same
     /// way (its own records, readers and tasks). Its ratio to
     /// `task_per_route` is what two identical designs read in this run: the
-    /// spread a parity bound has to be read against on this host.
+    /// spread a parity ratio of the same run has to be read against.
     Control,
     /// One task over `Routes::next`.
     OutboundRoutes,

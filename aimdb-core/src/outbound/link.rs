@@ -169,10 +169,9 @@ pub enum Payload {
 /// field by field into the table's own copy (`Out::produced`), so the
 /// type-erased call returns only a small `Poll<Result<bool, _>>` (in
 /// registers) and nothing is copied between the route's result and the
-/// table's message. A struct returned through memory cost 14 instructions
-/// a parked message more (b2_cells), and copied whole it compiled to wide
-/// loads over narrow stores, which the CPU cannot forward (about 4 ns a
-/// message, `aimdb-bench/README.md`).
+/// table's message. A struct returned through memory costs instructions on
+/// every pull (b2_cells counts them), and copied whole it compiles to wide
+/// loads over narrow stores, which the CPU cannot forward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Produced {
     /// `n > 0`: the topic is the first `n` bytes of the topic scratch (a

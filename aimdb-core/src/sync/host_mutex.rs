@@ -8,7 +8,7 @@
 //! per record instead: records on different threads never contend, and an
 //! uncontended section costs one compare-and-swap to take and one release
 //! store to give back (`b1_outbound_wakeup`'s `host_lock` rows measure both
-//! locks, see `aimdb-bench/README.md`).
+//! locks, see `docs/BENCHMARKS.md`).
 //!
 //! It is a spin lock that yields: a record's critical sections are a few
 //! dozen instructions (copy a value, move a cursor, clone or take a waker;

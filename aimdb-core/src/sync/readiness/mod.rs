@@ -33,15 +33,14 @@
 //! `wake_by_ref` is one. A task per route pays those three per message (its
 //! record takes the stored waker and wakes it by value; its next `recv`
 //! clones `cx`'s waker back); the marker pays `wake_by_ref` and the `woken`
-//! count, so the readiness layer costs one read-modify-write fewer than
-//! before (`b2_cells`, `b1_outbound_wakeup` parked rows). The count comes
-//! after the wake, and the transport never waits for it on the hot path,
-//! so a transport woken on another core does not wait for the marker's
-//! futex or eventfd syscall to return. (A transport that did wait spun
-//! through that syscall: `xthread_parked`/`outbound_routes_thread`, 60-80
-//! µs per message, see `aimdb-bench/README.md`. Only a change of waker
-//! waits for `woken`, which is why [`Pending`] recognises the waker it
-//! stored even when the executor lends one with another vtable.)
+//! count, so the readiness layer costs one read-modify-write fewer per
+//! message than a clone and a wake would (`b2_cells`, `b1_outbound_wakeup`
+//! parked rows). The count comes after the wake, and the transport never
+//! waits for it on the hot path, so a transport woken on another core does
+//! not wait for the marker's futex or eventfd syscall to return (it would
+//! spin through that syscall on every cross-thread wake). Only a change of
+//! waker waits for `woken`, which is why [`Pending`] recognises the waker
+//! it stored even when the executor lends one with another vtable.
 //!
 //! The marker that clears `PARKED` does not touch the bitmap at all: when
 //! the summary is exactly `PARKED` (nothing else pending), it hands its
@@ -427,8 +426,8 @@ impl<const W: usize> Pending<W> {
     /// move it, so the rotation is the same, and the wrap-around search
     /// `pop` would do to find the one bit behind the cursor is skipped.
     ///
-    /// Always inlined: at the firmware's `opt-level = "s"` it was otherwise
-    /// called, 15 instructions more on every ready pull (`b3_on_target`,
+    /// Always inlined: at the firmware's `opt-level = "s"` it is otherwise
+    /// called, which costs instructions on every ready pull (`b3_on_target`,
     /// `cortex-m3/outbound_next_static_topic`).
     #[inline(always)]
     pub(crate) fn take(&mut self, ready: &Readiness<W>) -> Option<usize> {
