@@ -63,7 +63,7 @@ fn will_payload(seq: u64) -> [u8; WILL_LEN] {
 struct Heard<'h, IO> {
     io: IO,
     reads: &'h AtomicU32,
-    will: Option<[u8; WILL_LEN]>,
+    will: Option<&'h [u8; WILL_LEN]>,
 }
 
 impl<IO: ErrorType> ErrorType for Heard<'_, IO> {
@@ -83,7 +83,7 @@ impl<IO: Read> Read for Heard<'_, IO> {
 
 impl<IO: Write> Write for Heard<'_, IO> {
     async fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
-        if let Some(will) = &self.will {
+        if let Some(will) = self.will {
             match find(buf, &WILL_PLACEHOLDER) {
                 // Up to the placeholder first (the caller writes the rest
                 // again), so the placeholder is never split.
@@ -243,6 +243,9 @@ where
         // The birth sequence this connection gets if it comes up.
         let next = seq.wrapping_add(1);
         report.set(LinkState::connecting(next));
+        // Outside the transport (a reference in it): a connection's future
+        // and its buffers stay small on the steady path.
+        let will = will_payload(next);
         let presence = config.presence;
         let attempt = async {
             let (rx, tx) = connect
@@ -252,7 +255,7 @@ where
             let io = Heard {
                 io: Duplex { rx, tx },
                 reads: &reads,
-                will: presence.map(|_| will_payload(next)),
+                will: presence.map(|_| &will),
             };
             let mut conn = session
                 .connect(io)
@@ -731,10 +734,11 @@ mod tests {
         packet.extend_from_slice(&WILL_PLACEHOLDER);
         packet.extend_from_slice(b"user");
         let reads = AtomicU32::new(0);
+        let payload = will_payload(9);
         let mut io = Heard {
             io: Trickle(std::vec::Vec::new()),
             reads: &reads,
-            will: Some(will_payload(9)),
+            will: Some(&payload),
         };
         futures::executor::block_on(async {
             io.write_all(&packet).await.unwrap();
