@@ -4,6 +4,8 @@
 //!  device ══UART/TCP══► framed ──► Dispatch ──► READINGS (Ring), STATUS (Latest) ──► Routes ──► MQTT {prefix}/readings, /status
 //!  device ◄═UART/TCP═══ framed ◄── Routes ◄──── COMMAND (Mailbox) ◄──── Dispatch ◄── MQTT {prefix}/cmd
 //!          framed link state ──► DEVICE_LINK_STATE (Latest) ──► Routes ──► MQTT {prefix}/presence
+//!  device ═════ aimdb/rsp ═══► REMOTE_RSP (Ring) ──► MQTT {prefix}/aimdb/rsp   (remote access,
+//!  device ◄════ aimdb/req ════ REMOTE_REQ (Ring) ◄── MQTT {prefix}/aimdb/req    passed through)
 //!                                              gateway's own birth and will: {prefix}/gateway/presence
 //! ```
 //!
@@ -18,7 +20,7 @@ use aimdb_connectors::mqtt::{self, Config, Connect, Counters, Mqtt, QoS, TlsConn
 use aimdb_connectors::reconnect::Backoff;
 use aimdb_connectors::tokio_io::TcpConnect;
 use aimdb_connectors::tokio_io::{self, FromTokio, TokioDelay};
-use aimdb_core::codec::{Json, Postcard};
+use aimdb_core::codec::{DecodeError, EncodeError, Json, Postcard};
 use aimdb_core::connector::{DispatchError, InboundStats};
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;
@@ -38,6 +40,11 @@ pub static READINGS: Record<HostRawMutex, Ring<Reading, READINGS_DEPTH>, 1> =
     Record::new("readings");
 pub static STATUS: Record<HostRawMutex, Latest<Status>, 1> = Record::new("status");
 pub static COMMAND: Record<HostRawMutex, Mailbox<Command>, 1> = Record::new("command");
+/// Remote-access requests from MQTT to the device, and its answers back,
+/// passed through unread: the device's responder answers them.
+pub static REMOTE_REQ: Record<HostRawMutex, Ring<Raw, 4>, 1> = Record::new("remote-req");
+/// See [`REMOTE_REQ`].
+pub static REMOTE_RSP: Record<HostRawMutex, Ring<Raw, 4>, 1> = Record::new("remote-rsp");
 static DEVICE_READY: Readiness<1> = Readiness::new();
 static MQTT_READY: Readiness<1> = Readiness::new();
 
@@ -85,11 +92,32 @@ impl aimdb_connectors::Connect for DeviceLink {
     }
 }
 
+/// A remote-access message, as bytes.
+pub type Raw = heapless::Vec<u8, 256>;
+
+fn raw_encode(v: &Raw, buf: &mut [u8]) -> Result<usize, EncodeError> {
+    buf.get_mut(..v.len())
+        .ok_or(EncodeError::BufferTooSmall)?
+        .copy_from_slice(v);
+    Ok(v.len())
+}
+
+fn raw_decode(bytes: &[u8]) -> Result<Raw, DecodeError> {
+    Raw::from_slice(bytes).map_err(|_| DecodeError::Malformed)
+}
+
+/// The pass-through codec of [`Raw`] messages.
+const RAW_ENCODE: fn(&Raw, &mut [u8]) -> Result<usize, EncodeError> = raw_encode;
+/// See [`RAW_ENCODE`].
+const RAW_DECODE: fn(&[u8]) -> Result<Raw, DecodeError> = raw_decode;
+
 /// The record readers the two connectors drain, subscribed before either
 /// task starts: a `Ring` reader sees only what is written after it
 /// subscribed, and the tasks run on different workers in no fixed order.
 pub struct Readers {
     command: Reader<'static, HostRawMutex, Mailbox<Command>, 1>,
+    remote_req: Reader<'static, HostRawMutex, Ring<Raw, 4>, 1>,
+    remote_rsp: Reader<'static, HostRawMutex, Ring<Raw, 4>, 1>,
     readings: Reader<'static, HostRawMutex, Ring<Reading, READINGS_DEPTH>, 1>,
     status: Reader<'static, HostRawMutex, Latest<Status>, 1>,
     presence: Reader<'static, HostRawMutex, Latest<LinkState>, 1>,
@@ -100,6 +128,8 @@ impl Readers {
     pub fn subscribe() -> Self {
         Self {
             command: COMMAND.subscribe().expect("command reader"),
+            remote_req: REMOTE_REQ.subscribe().expect("remote request reader"),
+            remote_rsp: REMOTE_RSP.subscribe().expect("remote answer reader"),
             readings: READINGS.subscribe().expect("readings reader"),
             status: STATUS.subscribe().expect("status reader"),
             presence: DEVICE_LINK_STATE.subscribe().expect("device link reader"),
@@ -109,19 +139,23 @@ impl Readers {
     /// The device side's reader, and the rest for the MQTT side.
     pub fn split(self) -> (DeviceReaders, MqttReaders) {
         (
-            DeviceReaders(self.command),
-            MqttReaders(self.readings, self.status, self.presence),
+            DeviceReaders(self.command, self.remote_req),
+            MqttReaders(self.readings, self.status, self.presence, self.remote_rsp),
         )
     }
 }
 
 /// What [`device`] drains.
-pub struct DeviceReaders(Reader<'static, HostRawMutex, Mailbox<Command>, 1>);
+pub struct DeviceReaders(
+    Reader<'static, HostRawMutex, Mailbox<Command>, 1>,
+    Reader<'static, HostRawMutex, Ring<Raw, 4>, 1>,
+);
 /// What [`mqtt`] drains.
 pub struct MqttReaders(
     Reader<'static, HostRawMutex, Ring<Reading, READINGS_DEPTH>, 1>,
     Reader<'static, HostRawMutex, Latest<Status>, 1>,
     Reader<'static, HostRawMutex, Latest<LinkState>, 1>,
+    Reader<'static, HostRawMutex, Ring<Raw, 4>, 1>,
 );
 
 /// The device side: framed-stream connector over TCP; reconnects for ever.
@@ -132,17 +166,22 @@ pub async fn device(link: DeviceLink, readers: DeviceReaders) {
             &inbound::Link::new(&READINGS, Postcard) as &(dyn inbound::Route + Sync),
         ),
         (topics::STATUS, &inbound::Link::new(&STATUS, Postcard)),
+        (
+            topics::REMOTE_RSP,
+            &inbound::Link::new(&REMOTE_RSP, RAW_DECODE).with_max_payload(256),
+        ),
     ];
-    let mut b = Dispatch::<4, 4>::builder();
+    let mut b = Dispatch::<4, 8>::builder();
     for (t, l) in dev_in {
         b.link(t, l);
     }
     b.counters(&DEVICE_IN);
     let mut dispatch = b.build().expect("device inbound table");
     let mut cmd = outbound::Link::new(readers.0, topics::CMD, Postcard);
-    let mut payload = [0u8; 64];
-    let mut b = Routes::<_, 1, 1>::builder(&DEVICE_READY, &mut payload);
-    b.link(&mut cmd);
+    let mut remote = outbound::Link::new(readers.1, topics::REMOTE_REQ, RAW_ENCODE);
+    let mut payload = [0u8; 256];
+    let mut b = Routes::<_, 1, 2>::builder(&DEVICE_READY, &mut payload);
+    b.link(&mut cmd).link(&mut remote);
     let mut routes = b.build().expect("device outbound table");
     // Reconnect for ever, waiting 1 s between attempts (QEMU restarts
     // take about that long).
@@ -209,14 +248,19 @@ pub async fn mqtt(
 ) -> aimdb_connectors::reconnect::Stopped {
     let cmd_topic = leak(format!("{}/cmd", broker.prefix));
     let cmd_in = inbound::Link::new(&COMMAND, Json).with_max_payload(256);
-    let mut b = Dispatch::<4, 4>::builder();
-    b.link(cmd_topic, &cmd_in).counters(&MQTT_IN);
+    let req_topic = leak(format!("{}/aimdb/req", broker.prefix));
+    let req_in = inbound::Link::new(&REMOTE_REQ, RAW_DECODE).with_max_payload(256);
+    let mut b = Dispatch::<4, 8>::builder();
+    b.link(cmd_topic, &cmd_in)
+        .link(req_topic, &req_in)
+        .counters(&MQTT_IN);
     let mut dispatch = b.build().expect("MQTT inbound table");
 
     let readings_topic = leak(format!("{}/readings", broker.prefix));
     let status_topic = leak(format!("{}/status", broker.prefix));
     let presence_topic = leak(format!("{}/presence", broker.prefix));
-    let MqttReaders(readings, status, presence) = readers;
+    let rsp_topic = leak(format!("{}/aimdb/rsp", broker.prefix));
+    let MqttReaders(readings, status, presence, remote_rsp) = readers;
     // At least once (a `Ring`'s default, said here because it matters): a
     // reading survives a broker hiccup.
     let mut readings = outbound::Link::new(readings, readings_topic, Json).qos(QoS::AtLeastOnce);
@@ -224,9 +268,15 @@ pub async fn mqtt(
     // The device's presence: its link state, retained (a `Latest`), in the
     // presence convention's JSON, with the device's own birth sequence.
     let mut presence = outbound::Link::new(presence, presence_topic, PresenceJson);
+    // Remote-access answers from the device, unread, to MQTT clients
+    // (`aimdb --mqtt ... --node PREFIX`).
+    let mut answers = outbound::Link::new(remote_rsp, rsp_topic, RAW_ENCODE);
     let mut payload = [0u8; 256];
-    let mut b = Routes::<_, 1, 3>::builder(&MQTT_READY, &mut payload);
-    b.link(&mut readings).link(&mut status).link(&mut presence);
+    let mut b = Routes::<_, 1, 4>::builder(&MQTT_READY, &mut payload);
+    b.link(&mut readings)
+        .link(&mut status)
+        .link(&mut presence)
+        .link(&mut answers);
     let mut routes = b.build().expect("MQTT outbound table");
 
     let mut config = Config::new("aimdb-gateway");
