@@ -19,12 +19,13 @@ use std::rc::Rc;
 use aimdb_bench::fixtures::{self, leak, payload, Mx, Rec};
 use aimdb_connectors::framed::{Counters, Framed};
 use aimdb_connectors::loopback::Pair;
-use aimdb_core::codec::Postcard;
+use aimdb_core::codec::{DecodeError, EncodeError, Postcard};
 use aimdb_core::inbound;
 use aimdb_core::inbound::{Dispatch, KeyedLink};
 use aimdb_core::outbound;
 use aimdb_core::outbound::{Routes, TopicWriter, Written};
-use aimdb_core::record::{Keyed, KeyedVec, Latest, Record};
+use aimdb_core::record::{Keyed, KeyedVec, Latest, Record, Ring};
+use aimdb_core::remote::{Description, Op, Request, Responder};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::NoopRawMutex;
 use serde_json::json;
@@ -55,6 +56,8 @@ const EXPECTED: &[(&str, u64)] = &[
     ("outbound_next_parked", 0),
     ("outbound_next_urgent", 0),
     ("connector_roundtrip", 0),
+    ("remote_get", 0),
+    ("remote_list", 0),
 ];
 
 struct Measured {
@@ -349,6 +352,108 @@ async fn connector_rows(out: &mut Vec<Measured>) {
     out.push(m);
 }
 
+/// A remote-access request as bytes, and the codec that passes it through.
+type Raw = heapless::Vec<u8, 128>;
+
+fn raw_encode(v: &Raw, buf: &mut [u8]) -> Result<usize, EncodeError> {
+    buf.get_mut(..v.len())
+        .ok_or(EncodeError::BufferTooSmall)?
+        .copy_from_slice(v);
+    Ok(v.len())
+}
+
+fn raw_decode(bytes: &[u8]) -> Result<Raw, DecodeError> {
+    Raw::from_slice(bytes).map_err(|_| DecodeError::Malformed)
+}
+
+fn raw(request: &Request<'_>) -> Raw {
+    let mut buf = [0u8; 128];
+    let bytes = postcard::to_slice(request, &mut buf).expect("request fits");
+    Raw::from_slice(bytes).expect("request fits")
+}
+
+/// Remote access over the framed loopback: a client's request goes out on
+/// `aimdb/req`, the node's responder answers through its own tables, and
+/// the answer comes back on `aimdb/rsp`. One operation is one request and
+/// its answer, both connectors' work included.
+async fn remote_rows(out: &mut Vec<Measured>) {
+    let recs = fixtures::records(1);
+    let value = &recs[0];
+    value.write(7);
+    let table: &'static [Description] = leak([Description::of(value)]);
+    let responder: &'static Responder<Mx, 64> = leak(Responder::new(table));
+    let requests: &'static Record<Mx, Ring<Raw, 4>, 1> = leak(Record::new("req"));
+    let answers: &'static Record<Mx, Ring<Raw, 4>, 1> = leak(Record::new("rsp"));
+    let mut answer_reader = answers.subscribe().expect("reader");
+    let pair: &'static Pair<NoopRawMutex, 1024> = leak(Pair::new());
+    let local = tokio::task::LocalSet::new();
+
+    // The node.
+    let link = leak(outbound::Link::new(
+        responder.requests(),
+        "aimdb/rsp",
+        responder.answers(),
+    ));
+    let mut b = Routes::<_, 1, 1>::builder(&*leak(Readiness::<1>::new()), leak([0u8; 256]));
+    b.link(link);
+    let mut node_routes = b.build().expect("config");
+    let mut b = Dispatch::<'static, 4, 4>::builder();
+    b.link("aimdb/req", responder);
+    let mut node_dispatch = b.build().expect("config");
+    // The client.
+    let encode: fn(&Raw, &mut [u8]) -> Result<usize, EncodeError> = raw_encode;
+    let decode: fn(&[u8]) -> Result<Raw, DecodeError> = raw_decode;
+    let link = leak(outbound::Link::new(
+        requests.subscribe().expect("reader"),
+        "aimdb/req",
+        encode,
+    ));
+    let mut b = Routes::<_, 1, 1>::builder(&*leak(Readiness::<1>::new()), leak([0u8; 256]));
+    b.link(link);
+    let mut client_routes = b.build().expect("config");
+    let mut b = Dispatch::<'static, 4, 4>::builder();
+    b.link(
+        "aimdb/rsp",
+        leak(inbound::Link::new(answers, decode).with_max_payload(128)),
+    );
+    let mut client_dispatch = b.build().expect("config");
+
+    let (node_end, client_end) = (pair.a(), pair.b());
+    let node = leak(Framed::<256, 512>::with_sizes(leak(Counters::new())));
+    local.spawn_local(async move {
+        let (rx, tx) = node_end;
+        let e = node.run(rx, tx, &mut node_dispatch, &mut node_routes).await;
+        panic!("loopback connection ended: {e}");
+    });
+    let client = leak(Framed::<256, 512>::with_sizes(leak(Counters::new())));
+    local.spawn_local(async move {
+        let (rx, tx) = client_end;
+        let e = client
+            .run(rx, tx, &mut client_dispatch, &mut client_routes)
+            .await;
+        panic!("loopback connection ended: {e}");
+    });
+    let get = raw(&Request {
+        id: 1,
+        op: Op::Get { record: "bench" },
+    });
+    let list = raw(&Request {
+        id: 2,
+        op: Op::List { from: 0 },
+    });
+    for (row, request) in [("remote_get", get), ("remote_list", list)] {
+        let m = local
+            .run_until(measure(row, async |_| {
+                requests.write(request.clone());
+                let answer = answer_reader.recv().await.expect("answer");
+                black_box(answer);
+            }))
+            .await;
+        out.push(m);
+    }
+    assert_eq!(responder.stats().malformed, 0);
+}
+
 fn check_baseline(problems: &mut Vec<String>) {
     let path = aimdb_bench::workspace_root().join("data/baselines/b0_alloc_connector.json");
     let text = match std::fs::read_to_string(&path) {
@@ -386,6 +491,7 @@ fn main() -> ExitCode {
         inbound_rows(&mut measured).await;
         outbound_rows(&mut measured).await;
         connector_rows(&mut measured).await;
+        remote_rows(&mut measured).await;
     });
 
     let mut problems = Vec::new();
