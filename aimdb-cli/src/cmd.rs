@@ -37,7 +37,7 @@ async fn run_inner(cli: &Cli) -> Result<(), Fail> {
         Command::Ls => ls(cli, &mut c).await,
         Command::Describe { record } => describe(cli, &mut c, record).await,
         Command::Get { record } => get(cli, &mut c, record).await,
-        Command::Set { record, json } => set(cli, &mut c, record, json).await,
+        Command::Set { record, value } => set(cli, &mut c, record, value).await,
         Command::Watch { records, seconds } => watch(cli, &mut c, records, *seconds).await,
         Command::Stats => stats(cli, &mut c).await,
     }

@@ -92,7 +92,8 @@ enum Command {
         /// Record name.
         record: String,
         /// The value as JSON, e.g. `true`, `3`, `{"seq":1,"millideg":-5}`.
-        json: String,
+        #[arg(value_name = "JSON")]
+        value: String,
     },
     /// A live table, refreshed every second: record, kind, writes/s, last
     /// value.
