@@ -474,11 +474,16 @@ async fn nodes(cli: &Cli, timeout: Duration) -> Result<(), Fail> {
 
     // Does each node answer? One `list` request each, all at once.
     let mut asked: BTreeMap<String, u32> = BTreeMap::new();
+    // Fresh ids for this run (as `Client` makes them).
+    let base = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.subsec_nanos())
+        ^ std::process::id().rotate_left(16);
     for (n, (prefix, _)) in seen.iter().enumerate() {
         if prefix.ends_with("/gateway") {
             continue;
         }
-        let id = 0x4e00_0000 | n as u32;
+        let id = base.wrapping_add(n as u32);
         let req = postcard::to_stdvec(&aimdb_core::remote::Request {
             id,
             op: Op::List { from: 0 },
