@@ -1,0 +1,157 @@
+//! An in-process node for the CLI's tests: described records, a
+//! `Responder` linked into inbound dispatch and outbound routes, served
+//! over the framed connector (TCP on loopback, heartbeat on as on the demo
+//! firmware) or over MQTT; and a bounded run of the `aimdb` binary.
+#![allow(dead_code)]
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use aimdb_connectors::framed::{Config, Counters, Framed, Heartbeat};
+use aimdb_connectors::tokio_io::{self, TokioDelay};
+use aimdb_core::inbound::Dispatch;
+use aimdb_core::outbound::{self, Routes};
+use aimdb_core::record::{Latest, Mailbox, Record, Ring};
+use aimdb_core::remote::{Description, Responder};
+use aimdb_core::sync::Readiness;
+use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+use serde::{Deserialize, Serialize};
+
+pub const REQ: &str = "aimdb/req";
+pub const RSP: &str = "aimdb/rsp";
+
+/// Bound on every wait.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, postcard_schema::Schema)]
+pub struct Reading {
+    pub seq: u32,
+    pub millideg: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, postcard_schema::Schema)]
+pub struct Setpoint {
+    pub celsius: i16,
+    pub on: bool,
+}
+
+fn leak<T>(v: T) -> &'static T {
+    Box::leak(Box::new(v))
+}
+
+/// A node's records and responder (leaked: each test has its own).
+pub struct Node {
+    pub readings: &'static Record<Cs, Ring<Reading, 4>, 1>,
+    pub led: &'static Record<Cs, Latest<bool>, 1>,
+    pub setpoint: &'static Record<Cs, Latest<Setpoint>, 1>,
+    pub cmd: &'static Record<Cs, Mailbox<u8>, 1>,
+    pub responder: &'static Responder<Cs, 256>,
+    pub ready: &'static Readiness<1>,
+}
+
+impl Node {
+    /// Four records: `readings` (read-only stream of a struct), `led`
+    /// (writable bool), `setpoint` (writable struct), `cmd` (read-only
+    /// mailbox).
+    pub fn new() -> Self {
+        let readings = leak(Record::new("readings"));
+        let led = leak(Record::new("led"));
+        let setpoint = leak(Record::new("setpoint"));
+        let cmd = leak(Record::new("cmd"));
+        let table: &'static [Description] = Box::leak(Box::new([
+            Description::of(readings).topics(&["dev/readings"]),
+            Description::of(led).topics(&["dev/led"]).writable(),
+            Description::of(setpoint)
+                .topics(&["dev/setpoint"])
+                .writable(),
+            Description::of(cmd),
+        ]));
+        Self {
+            readings,
+            led,
+            setpoint,
+            cmd,
+            responder: leak(Responder::new(table)),
+            ready: leak(Readiness::new()),
+        }
+    }
+
+    /// Serves the node over framed TCP on 127.0.0.1 (one connection after
+    /// another, for ever, on its own thread); returns the port.
+    pub fn serve_tcp(&self) -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (responder, ready) = (self.responder, self.ready);
+        let counters = leak(Counters::new());
+        tokio_io::run_on_thread("node", move || async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (rx, tx) = tokio_io::tcp(stream);
+                let mut b = Dispatch::<2, 4>::builder();
+                b.link(REQ, responder);
+                let mut dispatch = b.build().unwrap();
+                let mut answers =
+                    outbound::Link::new(responder.requests(), RSP, responder.answers());
+                let mut payload = [0u8; 1024];
+                let mut b = Routes::<_, 1, 1>::builder(ready, &mut payload);
+                b.link(&mut answers);
+                let mut routes = b.build().unwrap();
+                // As the demo firmware: keep-alives every second, a link
+                // silent for 3 s is dropped.
+                let mut config = Config::new();
+                config.heartbeat = Some(Heartbeat::new(
+                    Duration::from_secs(1),
+                    Duration::from_secs(3),
+                ));
+                let mut framed = Framed::new(counters).with_config(config);
+                let _ = framed
+                    .run_with_timer(rx, tx, TokioDelay, &mut dispatch, &mut routes)
+                    .await;
+            }
+        })
+        .expect("node thread");
+        port
+    }
+}
+
+/// Runs `aimdb` with `args`, killed if it takes longer than [`WAIT`].
+pub fn aimdb(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_aimdb"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run aimdb");
+    let start = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > WAIT {
+            let _ = child.kill();
+            panic!("aimdb {args:?} did not finish within {WAIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts exit code `code`, showing the output otherwise.
+pub fn expect_code(o: &Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(o),
+        stderr(o)
+    );
+}
