@@ -12,11 +12,13 @@ DEVICE_MQTT_ELF = target-fw/thumbv7m-none-eabi/release/device-mqtt
 ## The project's main job: the device firmware under QEMU, its UART bridged
 ## by the tokio gateway to an MQTT broker (a mosquitto the gateway starts);
 ## an operator client sends three commands and checks that readings arrive
-## exactly once. Installs the firmware toolchain, QEMU and mosquitto when
+## exactly once; then `aimdb ls` and `aimdb watch` look inside the device
+## through the gateway. Installs the firmware toolchain, QEMU and mosquitto when
 ## missing.
 demo:
 	bash scripts/install-deps.sh >/dev/null
 	bash scripts/firmware.sh device >/dev/null
+	$(CARGO) build --release -p aimdb-cli
 	$(CARGO) run --release -p gateway -- --qemu $(DEVICE_ELF) --demo --seconds 5
 
 ## The same, as a test: longer, and at least 150 readings exactly once;
@@ -27,6 +29,7 @@ demo:
 ## gateway killed, watched with mosquitto_sub (src/bin/presence-e2e.rs).
 e2e:
 	bash scripts/firmware.sh device >/dev/null
+	$(CARGO) build --release -p aimdb-cli
 	$(CARGO) run --release -p gateway -- --qemu $(DEVICE_ELF) --demo --seconds 8 --min-readings 150
 	$(CARGO) run --release -p gateway --bin mqtt-device-e2e -- --qemu $(DEVICE_MQTT_ELF)
 	$(CARGO) build --release -p gateway --bin gateway

@@ -323,10 +323,13 @@ async fn run(args: Args) -> ExitCode {
             report.out_of_order,
             report.lost,
         );
-        if ok {
+        // Looking inside: the `aimdb` tool against the device, through
+        // this gateway, from its descriptions alone.
+        let looked = look_inside(addr, &args.prefix).await;
+        if ok && looked {
             ExitCode::SUCCESS
         } else {
-            eprintln!("demo: FAILED (need 3 round trips, the device and the gateway seen online, at least {} readings, none out of order or lost)", args.min_readings);
+            eprintln!("demo: FAILED (need 3 round trips, the device and the gateway seen online, at least {} readings, none out of order or lost, and `aimdb ls` and `aimdb watch` to succeed)", args.min_readings);
             ExitCode::FAILURE
         }
     } else {
@@ -354,4 +357,44 @@ async fn run(args: Args) -> ExitCode {
         let _ = child.kill().await;
     }
     code
+}
+
+/// Runs `aimdb ls` and a two-second `aimdb watch` against the device
+/// behind `prefix` and prints them; whether both succeeded. The tool is
+/// the `aimdb` binary built beside this one (`cargo build --release -p
+/// aimdb-cli`; `make demo` does).
+async fn look_inside(broker: SocketAddr, prefix: &str) -> bool {
+    let Ok(exe) = std::env::current_exe() else {
+        return false;
+    };
+    let tool = exe.with_file_name("aimdb");
+    let url = format!("mqtt://{broker}");
+    let mut all = true;
+    for args in [
+        &["ls"][..],
+        &["watch", "--seconds", "2", "readings", "status"][..],
+    ] {
+        println!("demo: $ aimdb --node {prefix} {}", args.join(" "));
+        let run = tokio::process::Command::new(&tool)
+            .args(["--mqtt", &url, "--node", prefix])
+            .args(args)
+            .kill_on_drop(true)
+            .status();
+        match tokio::time::timeout(Duration::from_secs(20), run).await {
+            Ok(Ok(status)) if status.success() => {}
+            Ok(Ok(status)) => {
+                eprintln!("demo: aimdb {}: {status}", args[0]);
+                all = false;
+            }
+            Ok(Err(e)) => {
+                eprintln!("demo: cannot run {}: {e}", tool.display());
+                all = false;
+            }
+            Err(_) => {
+                eprintln!("demo: aimdb {} did not finish within 20 s", args[0]);
+                all = false;
+            }
+        }
+    }
+    all
 }
