@@ -21,7 +21,11 @@
 //! 5. presence: the device's birth on `dev/presence` at the start, a new
 //!    birth with a larger sequence after the restart, and its will
 //!    (`offline`, cause `lost`, the last birth's sequence) when QEMU is
-//!    killed.
+//!    killed;
+//! 6. the `aimdb` tool (nothing of the device's types): `nodes` lists the
+//!    device online, then offline after the kill; `ls` lists its records;
+//!    `set cmd` is applied (the status comes back on MQTT); `set` on the
+//!    read-only status exits 5 and changes nothing.
 //!
 //! Payloads are postcard, the device link's encoding (`device_protocol`),
 //! but presence, which is JSON;
@@ -263,6 +267,52 @@ async fn publish_on(port: u16, topic: &str, payload: &[u8]) -> Result<(), String
     }
 }
 
+/// Runs the `aimdb` tool (built beside this program) against the broker
+/// on `port`: its exit code and standard output.
+async fn aimdb(port: u16, args: &[&str]) -> Result<(i32, String), String> {
+    let tool = std::env::current_exe()
+        .map_err(|e| e.to_string())?
+        .with_file_name("aimdb");
+    let run = Process::new(&tool)
+        .args(["--mqtt", &format!("mqtt://127.0.0.1:{port}")])
+        .args(args)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(WAIT, run)
+        .await
+        .map_err(|_| format!("aimdb {args:?} did not finish"))?
+        .map_err(|e| {
+            format!(
+                "{}: {e} (cargo build --release -p aimdb-cli)",
+                tool.display()
+            )
+        })?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("e2e: $ aimdb {}\n{}", args.join(" "), stdout.trim_end());
+    if !out.stderr.is_empty() {
+        println!("{}", String::from_utf8_lossy(&out.stderr).trim_end());
+    }
+    Ok((out.status.code().unwrap_or(-1), stdout))
+}
+
+/// The device's status in `aimdb nodes --json`.
+async fn node_status(port: u16) -> Result<String, String> {
+    let (code, out) = aimdb(port, &["nodes", "--json"]).await?;
+    if code != 0 {
+        return Err(format!("aimdb nodes exited {code}"));
+    }
+    let nodes: serde_json::Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+    Ok(nodes
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|n| n["node"] == "dev" && n["role"] == "node")
+        .and_then(|n| n["status"].as_str())
+        .unwrap_or("absent")
+        .to_string())
+}
+
 /// Sends `cmd` and waits for the status that shows it applied.
 async fn command(
     obs: &mut Observer,
@@ -390,6 +440,59 @@ async fn run(args: &Args) -> Result<String, String> {
     command(&mut obs, port, Command::SetLed(true), |s| s.led).await?;
     command(&mut obs, port, Command::Ping(4242), |s| s.last_ping == 4242).await?;
 
+    // Looking inside, with the `aimdb` tool and nothing of the device's
+    // types: the node is listed online, its records described, a command
+    // set remotely is applied, a read-only record refuses.
+    let online = node_status(port).await?;
+    if online != "online" {
+        return Err(format!("aimdb nodes: the device is {online}"));
+    }
+    let (code, listed) = aimdb(port, &["--node", "dev", "ls", "--json"]).await?;
+    let names: Vec<String> = serde_json::from_str::<serde_json::Value>(&listed)
+        .map_err(|e| e.to_string())?
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["name"].as_str().map(String::from))
+        .collect();
+    if code != 0
+        || !["readings", "status", "cmd"]
+            .iter()
+            .all(|n| names.iter().any(|m| m == n))
+    {
+        return Err(format!("aimdb ls exited {code} listing {names:?}"));
+    }
+    let before = obs.seen.status().map_or(0, |s| s.commands);
+    let (code, _) = aimdb(port, &["--node", "dev", "set", "cmd", r#"{"Ping":777}"#]).await?;
+    if code != 0 {
+        return Err(format!("aimdb set cmd exited {code}"));
+    }
+    obs.until("the status after aimdb set cmd", |s| {
+        s.status().is_some_and(|st| st.commands > before)
+    })
+    .await?;
+    if obs.seen.status().map(|s| s.last_ping) != Some(777) {
+        return Err(format!("aimdb set cmd gave {:?}", obs.seen.status()));
+    }
+    let statuses = obs.seen.statuses.len();
+    let forged = r#"{"led":true,"interval_ms":1,"commands":0,"last_ping":1}"#;
+    let (code, _) = aimdb(port, &["--node", "dev", "set", "status", forged]).await?;
+    if code != 5 {
+        return Err(format!(
+            "aimdb set on the read-only status exited {code}, not 5"
+        ));
+    }
+    obs.drain(Duration::from_millis(300)).await;
+    if obs.seen.statuses[statuses..]
+        .iter()
+        .any(|s| s.last_ping == 1)
+    {
+        return Err("a refused set changed the status".into());
+    }
+    println!(
+        "e2e: aimdb: device online, records listed, cmd set and applied, read-only status refused"
+    );
+
     // 3. Malformed payloads: counted, nothing changes.
     let status_before = obs.seen.status();
     let statuses_before = obs.seen.statuses.len();
@@ -475,6 +578,10 @@ async fn run(args: &Args) -> Result<String, String> {
         "e2e: device will seen {:.0?} after QEMU was killed: {death:?}",
         killed.elapsed()
     );
+    let gone = node_status(port).await?;
+    if gone != "offline" {
+        return Err(format!("aimdb nodes after the kill: the device is {gone}"));
+    }
     obs.drain(Duration::from_millis(500)).await;
 
     let seqs = &obs.seen.readings;
