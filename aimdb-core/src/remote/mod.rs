@@ -39,9 +39,9 @@
 //! path: after the urgent routes, in turn with the other normal routes,
 //! never delaying them by more than one answer per pull.
 //!
-//! - It holds **one** request at a time (`N` bytes). A request that
-//!   arrives while one is pending is answered [`Error::Busy`] (its id is
-//!   kept for that) and counted; a request over `N` bytes is refused by the
+//! - It holds **one** request at a time (`N` bytes). Requests that
+//!   arrive while one is pending are counted (`busy`), and the latest of
+//!   them is answered [`Error::Busy`] (its id is kept for that); a request over `N` bytes is refused by the
 //!   inbound table (`PayloadTooLarge`) and counted there. A flood therefore
 //!   costs one answer per pull, never a queue.
 //! - Each answer is bounded work: one record encoded or decoded, or one
