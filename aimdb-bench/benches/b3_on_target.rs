@@ -113,6 +113,14 @@ const ROWS: &[(&str, &str)] = &[
         "decode one whole frame pushed in one chunk",
     ),
     (
+        "remote_get",
+        "the device's responder answers a `get` of its readings (decode the request, encode the newest value)",
+    ),
+    (
+        "remote_describe",
+        "the device's responder answers a `describe` of its readings (the schema included)",
+    ),
+    (
         "mqtt_publish",
         "write a record, the MQTT connector publishes it (QoS 0) into an in-memory stream, the fake broker reads it",
     ),

@@ -47,6 +47,7 @@ use aimdb_core::inbound::{Dispatch, KeyedLink};
 use aimdb_core::outbound;
 use aimdb_core::outbound::{Routes, TopicWriter, Written};
 use aimdb_core::record::{Keyed, Latest, Record, Ring};
+use aimdb_core::remote::{Job, Op, Request};
 use aimdb_core::sync::Readiness;
 use cortex_m::peripheral::syst::SystClkSource;
 use cortex_m::peripheral::SYST;
@@ -260,6 +261,7 @@ fn main() -> ! {
     inbound(payload);
     outbound();
     framed(payload);
+    remote();
     // The MQTT rows run inside an embassy task: the connector's timers
     // (embassy-time's queue is the executor's) need a task's waker.
     let Some(executor) = cortex_m::singleton!(: Executor = Executor::new()) else {
@@ -509,6 +511,34 @@ fn framed(payload: &[u8]) {
             _ => fail("expected one whole frame"),
         }
     });
+}
+
+/// The device's remote-access responder on its own description table: a
+/// request in the slot decoded and its answer encoded, which is what the
+/// connector's pull of the answer route does.
+fn remote() {
+    let answers = device_app::REMOTE.answers();
+    let job = |op: Op<'_>| {
+        let mut buf = [0u8; 64];
+        let Ok(bytes) = postcard::to_slice(&Request { id: 7, op }, &mut buf) else {
+            fail("request fits")
+        };
+        let Ok(v) = heapless::Vec::from_slice(bytes) else {
+            fail("request fits the slot")
+        };
+        Job::Request(v)
+    };
+    let get = job(Op::Get { record: "readings" });
+    let describe = job(Op::Describe { record: "readings" });
+    let mut out = [0u8; 192];
+    for (name, j) in [("remote_get", &get), ("remote_describe", &describe)] {
+        row(name, |_| {
+            let Ok(n) = answers.encode(j, &mut out) else {
+                fail("answer fits")
+            };
+            black_box(&out[..n]);
+        });
+    }
 }
 
 /// The MQTT connector (`Mqtt::run`, as the device runs it) over an
