@@ -1,5 +1,9 @@
 //! Instruction counts under Valgrind's callgrind, for `b2_instructions`.
 //!
+//! Hand-written, not on gungraun: `b2_cells` gates ratios between rows of
+//! one run (parked `outbound_routes` / `task_per_route` at most 1.10, …),
+//! which gungraun's per-benchmark soft and hard limits cannot express.
+//!
 //! The bench binary is both parent and child. The parent re-runs itself
 //! under `valgrind --tool=callgrind` once per row, with [`ROW_ENV`] naming
 //! the row. The child builds the row's fixture and warms it up with
