@@ -17,7 +17,7 @@ DEVICE_MQTT_ELF = target-fw/thumbv7m-none-eabi/release/device-mqtt
 ## missing.
 demo:
 	bash scripts/install-deps.sh >/dev/null
-	bash scripts/firmware.sh device >/dev/null
+	$(CARGO) xtask firmware device >/dev/null
 	$(CARGO) build --release -p aimdb-cli
 	$(CARGO) run --release -p gateway -- --qemu $(DEVICE_ELF) --demo --seconds 5
 
@@ -28,7 +28,7 @@ demo:
 ## through the gateway: the device frozen, killed and restarted, the
 ## gateway killed, watched with mosquitto_sub (src/bin/presence-e2e.rs).
 e2e:
-	bash scripts/firmware.sh device >/dev/null
+	$(CARGO) xtask firmware device >/dev/null
 	$(CARGO) build --release -p aimdb-cli
 	$(CARGO) run --release -p gateway -- --qemu $(DEVICE_ELF) --demo --seconds 8 --min-readings 150
 	$(CARGO) run --release -p gateway --bin mqtt-device-e2e -- --qemu $(DEVICE_MQTT_ELF)
@@ -84,7 +84,7 @@ loom:
 ## aimdb-core without std/alloc, and aimdb-connectors with `mqtt`, for
 ## thumbv6m and thumbv7m.
 nostd:
-	bash scripts/firmware.sh check-core
+	$(CARGO) xtask firmware check-core
 
 ## QEMU self-test firmware: passes on Cortex-M3 and M0, and a made-to-fail
 ## build must exit 1; then the firmware crate of docs/FIRMWARE.md, built
@@ -94,13 +94,13 @@ nostd:
 ## embassy-net, its sizes recorded; built only: no board here) and the
 ## on-target cost gate.
 firmware:
-	bash scripts/firmware.sh smoke-fail
-	bash scripts/firmware.sh smoke --cpu cortex-m0
-	bash scripts/firmware.sh smoke --cpu cortex-m3
-	bash scripts/firmware.sh fresh-crate
-	bash scripts/firmware.sh footprint
-	bash scripts/firmware.sh board
-	bash scripts/firmware.sh board-eth
+	$(CARGO) xtask firmware smoke-fail
+	$(CARGO) xtask firmware smoke --cpu cortex-m0
+	$(CARGO) xtask firmware smoke --cpu cortex-m3
+	$(CARGO) xtask firmware fresh-crate
+	$(CARGO) xtask firmware footprint
+	$(CARGO) xtask firmware board
+	$(CARGO) xtask firmware board-eth
 	$(MAKE) b3
 
 ## A gate never skips: a bench whose tool (valgrind, QEMU, the Cortex-M
@@ -117,7 +117,7 @@ b3:
 ## Flash and static RAM of the device, RAM per route (N vs 2N routes):
 ## data/baselines/firmware_size.json.
 footprint:
-	bash scripts/firmware.sh footprint
+	$(CARGO) xtask firmware footprint
 
 ## Deterministic gates: allocations per operation (b0) and instructions
 ## per operation under callgrind (b2: the hot paths, and b1's cells with

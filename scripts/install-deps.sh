@@ -20,5 +20,5 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get install -y -q "${need[@]}"
 fi
 # The Cortex-M toolchain route is chosen (and installed) by
-# scripts/firmware.sh itself.
-bash "$(dirname "$0")/firmware.sh" toolchain
+# `cargo xtask firmware` itself.
+cd "$(dirname "$0")/.." && cargo xtask firmware toolchain

@@ -2,7 +2,7 @@
 //! and N inbound routes, or 2N of one kind (features `double-out`,
 //! `double-in`). Records, topics and buffers are the same in every build,
 //! so the static-RAM difference between builds is what N routes cost:
-//! links, table slots, bitmap bits. `scripts/firmware.sh footprint`
+//! links, table slots, bitmap bits. `cargo xtask firmware footprint`
 //! builds the three variants and writes `data/baselines/firmware_size.json`.
 #![no_std]
 #![no_main]

@@ -4,7 +4,7 @@
 //! `CriticalSectionRawMutex`, prints `PASS name` / `FAIL name` through
 //! semihosting, and ends QEMU with exit code 0 when all pass, 1 otherwise
 //! (a panic or a hard fault also exits 1). Built and run by
-//! `scripts/firmware.sh smoke [--cpu cortex-m3|cortex-m0]`.
+//! `cargo xtask firmware smoke [--cpu cortex-m3|cortex-m0]`.
 //!
 //! The last check, `device_app`, runs the demo device (`firmware_qemu::app`:
 //! sensor, control and connector tasks, as on UART0) against a scripted
