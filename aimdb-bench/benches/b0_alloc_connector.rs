@@ -19,7 +19,7 @@ use std::rc::Rc;
 use aimdb_bench::fixtures::{self, leak, payload, Mx, Rec};
 use aimdb_connectors::framed::{Counters, Framed};
 use aimdb_connectors::loopback::Pair;
-use aimdb_core::codec::{DecodeError, EncodeError, Postcard};
+use aimdb_core::codec::{self, Postcard};
 use aimdb_core::inbound;
 use aimdb_core::inbound::{Dispatch, KeyedLink};
 use aimdb_core::outbound;
@@ -352,19 +352,8 @@ async fn connector_rows(out: &mut Vec<Measured>) {
     out.push(m);
 }
 
-/// A remote-access request as bytes, and the codec that passes it through.
+/// A remote-access request as bytes (passed through by `codec::Raw`).
 type Raw = heapless::Vec<u8, 128>;
-
-fn raw_encode(v: &Raw, buf: &mut [u8]) -> Result<usize, EncodeError> {
-    buf.get_mut(..v.len())
-        .ok_or(EncodeError::BufferTooSmall)?
-        .copy_from_slice(v);
-    Ok(v.len())
-}
-
-fn raw_decode(bytes: &[u8]) -> Result<Raw, DecodeError> {
-    Raw::from_slice(bytes).map_err(|_| DecodeError::Malformed)
-}
 
 fn raw(request: &Request<'_>) -> Raw {
     let mut buf = [0u8; 128];
@@ -401,12 +390,10 @@ async fn remote_rows(out: &mut Vec<Measured>) {
     b.link("aimdb/req", responder);
     let mut node_dispatch = b.build().expect("config");
     // The client.
-    let encode: fn(&Raw, &mut [u8]) -> Result<usize, EncodeError> = raw_encode;
-    let decode: fn(&[u8]) -> Result<Raw, DecodeError> = raw_decode;
     let link = leak(outbound::Link::new(
         requests.subscribe().expect("reader"),
         "aimdb/req",
-        encode,
+        codec::Raw,
     ));
     let mut b = Routes::<_, 1, 1>::builder(&*leak(Readiness::<1>::new()), leak([0u8; 256]));
     b.link(link);
@@ -414,7 +401,7 @@ async fn remote_rows(out: &mut Vec<Measured>) {
     let mut b = Dispatch::<'static, 4, 4>::builder();
     b.link(
         "aimdb/rsp",
-        leak(inbound::Link::new(answers, decode).with_max_payload(128)),
+        leak(inbound::Link::new(answers, codec::Raw).with_max_payload(128)),
     );
     let mut client_dispatch = b.build().expect("config");
 

@@ -11,7 +11,7 @@ use std::cell::Cell;
 
 use aimdb_connectors::framed::{Counters, Framed};
 use aimdb_connectors::loopback::Pair;
-use aimdb_core::codec::{DecodeError, EncodeError, Postcard};
+use aimdb_core::codec::{self, Postcard};
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;
 use aimdb_core::outbound;
@@ -26,17 +26,6 @@ use embassy_futures::select::{select, Either};
 use embassy_sync::blocking_mutex::raw::{CriticalSectionRawMutex as Cs, NoopRawMutex};
 
 type Raw = heapless::Vec<u8, 256>;
-
-fn raw_encode(v: &Raw, buf: &mut [u8]) -> Result<usize, EncodeError> {
-    buf.get_mut(..v.len())
-        .ok_or(EncodeError::BufferTooSmall)?
-        .copy_from_slice(v);
-    Ok(v.len())
-}
-
-fn raw_decode(bytes: &[u8]) -> Result<Raw, DecodeError> {
-    Raw::from_slice(bytes).map_err(|_| DecodeError::Malformed)
-}
 
 /// Values the node streams.
 const VALUES: u32 = 2_000;
@@ -67,15 +56,13 @@ fn a_request_flood_leaves_the_data_route_delivering_in_order() {
     let mut node_in = b.build().unwrap();
 
     // The client: requests out; data and answers in.
-    let encode: fn(&Raw, &mut [u8]) -> Result<usize, EncodeError> = raw_encode;
-    let decode: fn(&[u8]) -> Result<Raw, DecodeError> = raw_decode;
-    let mut reqs = outbound::Link::new(REQS.subscribe().unwrap(), "aimdb/req", encode);
+    let mut reqs = outbound::Link::new(REQS.subscribe().unwrap(), "aimdb/req", codec::Raw);
     let mut payload = [0u8; 256];
     let mut b = Routes::<_, 1, 1>::builder(&CLIENT_READY, &mut payload);
     b.link(&mut reqs);
     let mut client_out = b.build().unwrap();
     let got = inbound::Link::new(&GOT, Postcard);
-    let answers_in = inbound::Link::new(&ANSWERS, decode).with_max_payload(256);
+    let answers_in = inbound::Link::new(&ANSWERS, codec::Raw).with_max_payload(256);
     let mut b = Dispatch::<2, 4>::builder();
     b.link("dev/data", &got).link("aimdb/rsp", &answers_in);
     let mut client_in = b.build().unwrap();

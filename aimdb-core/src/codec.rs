@@ -87,6 +87,28 @@ impl<T> Decode<T> for fn(&[u8]) -> Result<T, DecodeError> {
     }
 }
 
+/// Bytes passed through unchanged: a `heapless::Vec<u8, N>` is its own
+/// payload. For a record that carries messages a node does not read, such
+/// as a gateway forwarding remote-access requests and answers between two
+/// links. A payload over `N` bytes does not decode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Raw;
+
+impl<const N: usize> Encode<heapless::Vec<u8, N>> for Raw {
+    fn encode(&self, value: &heapless::Vec<u8, N>, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        buf.get_mut(..value.len())
+            .ok_or(EncodeError::BufferTooSmall)?
+            .copy_from_slice(value);
+        Ok(value.len())
+    }
+}
+
+impl<const N: usize> Decode<heapless::Vec<u8, N>> for Raw {
+    fn decode(&self, bytes: &[u8]) -> Result<heapless::Vec<u8, N>, DecodeError> {
+        heapless::Vec::from_slice(bytes).map_err(|_| DecodeError::Malformed)
+    }
+}
+
 /// The postcard wire format (compact, varint-based, `no_std`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Postcard;
@@ -374,5 +396,26 @@ mod tests {
             Decode::<Reading>::decode(&Json, b"[1,2,x]"),
             Err(DecodeError::Malformed)
         );
+    }
+}
+
+#[cfg(test)]
+mod raw_tests {
+    use super::*;
+
+    #[test]
+    fn raw_passes_bytes_through_and_refuses_what_does_not_fit() {
+        let v: heapless::Vec<u8, 4> = heapless::Vec::from_slice(&[1, 2, 3]).unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(Raw.encode(&v, &mut buf), Ok(3));
+        assert_eq!(&buf[..3], &[1, 2, 3]);
+        assert_eq!(
+            Raw.encode(&v, &mut [0u8; 2]),
+            Err(EncodeError::BufferTooSmall)
+        );
+        let back: heapless::Vec<u8, 4> = Raw.decode(&buf[..3]).unwrap();
+        assert_eq!(back, v);
+        let over: Result<heapless::Vec<u8, 4>, _> = Raw.decode(&[0; 5]);
+        assert_eq!(over, Err(DecodeError::Malformed));
     }
 }

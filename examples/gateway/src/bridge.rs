@@ -20,7 +20,7 @@ use aimdb_connectors::mqtt::{self, Config, Connect, Counters, Mqtt, QoS, TlsConn
 use aimdb_connectors::reconnect::Backoff;
 use aimdb_connectors::tokio_io::TcpConnect;
 use aimdb_connectors::tokio_io::{self, FromTokio, TokioDelay};
-use aimdb_core::codec::{DecodeError, EncodeError, Json, Postcard};
+use aimdb_core::codec::{self, Json, Postcard};
 use aimdb_core::connector::{DispatchError, InboundStats};
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;
@@ -95,22 +95,6 @@ impl aimdb_connectors::Connect for DeviceLink {
 /// A remote-access message, as bytes.
 pub type Raw = heapless::Vec<u8, 256>;
 
-fn raw_encode(v: &Raw, buf: &mut [u8]) -> Result<usize, EncodeError> {
-    buf.get_mut(..v.len())
-        .ok_or(EncodeError::BufferTooSmall)?
-        .copy_from_slice(v);
-    Ok(v.len())
-}
-
-fn raw_decode(bytes: &[u8]) -> Result<Raw, DecodeError> {
-    Raw::from_slice(bytes).map_err(|_| DecodeError::Malformed)
-}
-
-/// The pass-through codec of [`Raw`] messages.
-const RAW_ENCODE: fn(&Raw, &mut [u8]) -> Result<usize, EncodeError> = raw_encode;
-/// See [`RAW_ENCODE`].
-const RAW_DECODE: fn(&[u8]) -> Result<Raw, DecodeError> = raw_decode;
-
 /// The record readers the two connectors drain, subscribed before either
 /// task starts: a `Ring` reader sees only what is written after it
 /// subscribed, and the tasks run on different workers in no fixed order.
@@ -168,7 +152,7 @@ pub async fn device(link: DeviceLink, readers: DeviceReaders) {
         (topics::STATUS, &inbound::Link::new(&STATUS, Postcard)),
         (
             topics::REMOTE_RSP,
-            &inbound::Link::new(&REMOTE_RSP, RAW_DECODE).with_max_payload(256),
+            &inbound::Link::new(&REMOTE_RSP, codec::Raw).with_max_payload(256),
         ),
     ];
     let mut b = Dispatch::<4, 8>::builder();
@@ -178,7 +162,7 @@ pub async fn device(link: DeviceLink, readers: DeviceReaders) {
     b.counters(&DEVICE_IN);
     let mut dispatch = b.build().expect("device inbound table");
     let mut cmd = outbound::Link::new(readers.0, topics::CMD, Postcard);
-    let mut remote = outbound::Link::new(readers.1, topics::REMOTE_REQ, RAW_ENCODE);
+    let mut remote = outbound::Link::new(readers.1, topics::REMOTE_REQ, codec::Raw);
     let mut payload = [0u8; 256];
     let mut b = Routes::<_, 1, 2>::builder(&DEVICE_READY, &mut payload);
     b.link(&mut cmd).link(&mut remote);
@@ -249,7 +233,7 @@ pub async fn mqtt(
     let cmd_topic = leak(format!("{}/cmd", broker.prefix));
     let cmd_in = inbound::Link::new(&COMMAND, Json).with_max_payload(256);
     let req_topic = leak(format!("{}/aimdb/req", broker.prefix));
-    let req_in = inbound::Link::new(&REMOTE_REQ, RAW_DECODE).with_max_payload(256);
+    let req_in = inbound::Link::new(&REMOTE_REQ, codec::Raw).with_max_payload(256);
     let mut b = Dispatch::<4, 8>::builder();
     b.link(cmd_topic, &cmd_in)
         .link(req_topic, &req_in)
@@ -270,7 +254,7 @@ pub async fn mqtt(
     let mut presence = outbound::Link::new(presence, presence_topic, PresenceJson);
     // Remote-access answers from the device, unread, to MQTT clients
     // (`aimdb --mqtt ... --node PREFIX`).
-    let mut answers = outbound::Link::new(remote_rsp, rsp_topic, RAW_ENCODE);
+    let mut answers = outbound::Link::new(remote_rsp, rsp_topic, codec::Raw);
     let mut payload = [0u8; 256];
     let mut b = Routes::<_, 1, 4>::builder(&MQTT_READY, &mut payload);
     b.link(&mut readings)
