@@ -54,7 +54,12 @@
 //! [`proto`]'s owned types (feature `alloc`).
 #![forbid(unsafe_code)]
 
+mod check;
 pub mod proto;
+
+#[cfg(feature = "alloc")]
+pub use check::{Asks, Verifier, VerifierStats};
+pub use check::{Check, Checked, Typed, Verdict};
 
 use core::cell::RefCell;
 use core::task::{Context, Poll, Waker};
