@@ -487,3 +487,133 @@ mod verifier {
         }
     }
 }
+
+#[cfg(all(test, feature = "alloc"))]
+mod tests {
+    extern crate std;
+    use std::string::String;
+    use std::vec;
+    use std::vec::Vec;
+
+    use core::task::{Context, Poll, Waker};
+
+    use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+
+    use super::*;
+    use crate::codec::Postcard;
+    use crate::link::{Cause, LinkState};
+    use crate::record::{Kind, Latest, Record, Source as _};
+    use crate::remote::proto::{Body, Entry, Error, Op, Response};
+    use crate::remote::Verifier;
+
+    fn entry(name: &str, schema_hash: [u8; 8]) -> Entry {
+        Entry {
+            name: String::from(name),
+            kind: Kind::Latest,
+            capacity: 1,
+            writable: false,
+            schema_hash,
+        }
+    }
+
+    fn answer(id: u32, result: Result<Body, Error>) -> Vec<u8> {
+        postcard::to_allocvec(&Response { id, result }).unwrap()
+    }
+
+    fn list(total: u16, from: u16, entries: Vec<Entry>) -> Result<Body, Error> {
+        Ok(Body::List {
+            total,
+            from,
+            entries,
+        })
+    }
+
+    #[test]
+    fn verifier_checks_pages_resets_on_link_down_and_ignores_others() {
+        static LINK: Record<Cs, Latest<LinkState>, 1> = Record::new("link");
+        static A: Record<Cs, Latest<u32>, 1> = Record::new("a");
+        static B: Record<Cs, Latest<u32>, 1> = Record::new("b");
+        let a = Checked::new("dev_a", crate::inbound::Link::new(&A, Postcard));
+        let b = Checked::new("dev_b", crate::inbound::Link::new(&B, Postcard));
+        let checks: [&(dyn Check + Sync); 2] = [&a, &b];
+        let v = Verifier::<Cs>::new(&checks, 100);
+        let mut asks = v.asks(LINK.subscribe().unwrap());
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut poll = || match asks.poll_recv(&mut cx) {
+            Poll::Ready(Ok(r)) => Some(r),
+            _ => None,
+        };
+        let hash = schema_hash::<u32>();
+        let one = postcard::to_allocvec(&7u32).unwrap();
+
+        // Link not up: nothing asked, payloads refused as unverified.
+        assert_eq!(poll(), None);
+        assert_eq!(a.deliver(None, &one), Err(DispatchError::SchemaUnverified));
+
+        LINK.write(LinkState::online(1));
+        let r = poll().expect("asks when the link comes up");
+        assert_eq!(r.op, Op::List { from: 0 });
+        let id = r.id;
+        assert_eq!(poll(), None, "one request at a time");
+
+        // Another client's answer, and a malformed one: no change.
+        assert_eq!(v.deliver(None, &answer(id + 7, list(1, 0, vec![]))), Ok(()));
+        assert!(matches!(
+            v.deliver(None, &[0xff; 3]),
+            Err(DispatchError::MalformedPayload(_))
+        ));
+        assert_eq!(a.verdict(), Verdict::Unverified);
+        // Busy: asked again.
+        v.deliver(None, &answer(id, Err(Error::Busy))).unwrap();
+        assert_eq!(poll().map(|r| r.op), Some(Op::List { from: 0 }));
+        // Two pages: a matches on the second; b is not listed.
+        v.deliver(
+            None,
+            &answer(id, list(3, 0, vec![entry("x", [0; 8]), entry("y", hash)])),
+        )
+        .unwrap();
+        assert_eq!(a.verdict(), Verdict::Unverified, "not listed yet");
+        assert_eq!(poll().map(|r| r.op), Some(Op::List { from: 2 }));
+        v.deliver(None, &answer(id, list(3, 2, vec![entry("dev_a", hash)])))
+            .unwrap();
+        assert_eq!(poll(), None, "last page");
+        assert_eq!(
+            (a.verdict(), b.verdict()),
+            (Verdict::Match, Verdict::Unlisted)
+        );
+        let s = v.stats();
+        assert_eq!((s.asked, s.checks, s.unlisted, s.mismatches), (3, 1, 1, 0));
+        assert_eq!(a.deliver(None, &one), Ok(()));
+        assert_eq!(A.latest(), Some(7));
+        assert_eq!(b.deliver(None, &one), Err(DispatchError::SchemaMismatch));
+
+        // Down: unverified again. Up with another device: a mismatch.
+        LINK.write(LinkState::offline(1, Cause::Closed));
+        assert_eq!(poll(), None);
+        assert_eq!(a.verdict(), Verdict::Unverified);
+        assert_eq!(a.deliver(None, &one), Err(DispatchError::SchemaUnverified));
+        // A late answer to the old check changes nothing.
+        v.deliver(None, &answer(id, list(1, 0, vec![entry("dev_a", hash)])))
+            .unwrap();
+        assert_eq!(a.verdict(), Verdict::Unverified);
+        LINK.write(LinkState::online(2));
+        let r = poll().expect("asks again");
+        assert_ne!(r.id, id, "a new check, a new id");
+        let other = [1u8; 8];
+        v.deliver(
+            None,
+            &answer(
+                r.id,
+                list(2, 0, vec![entry("dev_a", other), entry("dev_b", hash)]),
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            (a.verdict(), b.verdict()),
+            (Verdict::Mismatch, Verdict::Match)
+        );
+        assert_eq!(a.deliver(None, &one), Err(DispatchError::SchemaMismatch));
+        assert_eq!(v.stats().mismatches, 1);
+        assert_eq!(v.stats().checks, 2);
+    }
+}
