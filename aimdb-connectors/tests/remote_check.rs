@@ -116,10 +116,8 @@ where
         "aimdb/rsp",
         responder.answers(),
     )));
-    let mut b = Routes::<_, 1, 2>::builder(
-        &*leak(Readiness::<1>::new()),
-        Box::leak(Box::new([0u8; 512])),
-    );
+    let mut b =
+        Routes::<_, 1, 2>::builder(leak(Readiness::<1>::new()), Box::leak(Box::new([0u8; 512])));
     b.link(data).link(answers);
     let mut node_routes = b.build().expect("node outbound");
     let mut b = Dispatch::<'static, 4, 4>::builder();
@@ -139,10 +137,8 @@ where
         "aimdb/req",
         Postcard,
     )));
-    let mut b = Routes::<_, 1, 1>::builder(
-        &*leak(Readiness::<1>::new()),
-        Box::leak(Box::new([0u8; 64])),
-    );
+    let mut b =
+        Routes::<_, 1, 1>::builder(leak(Readiness::<1>::new()), Box::leak(Box::new([0u8; 64])));
     b.link(asks);
     let mut host_routes = b.build().expect("host outbound");
     let counters = leak(inbound::Counters::new());
