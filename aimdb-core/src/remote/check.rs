@@ -98,6 +98,11 @@ pub trait Check {
 /// answered and [`DispatchError::SchemaMismatch`] after it found another
 /// schema (or none), and the dispatch counts it. A [`Verifier`](super::Verifier)
 /// sets the state. No allocation, `no_std`.
+///
+/// A payload refused while unverified is gone: state that arrives right
+/// at link-up (a framed peer's `Latest` replay, an MQTT broker's
+/// retained message) reaches the record with the device's next write of
+/// it, not before.
 pub struct Checked<L> {
     inner: L,
     record: &'static str,
