@@ -125,6 +125,15 @@ pub enum DispatchError {
     KeyTableFull,
     /// The key level is empty or longer than `KEY_MAX_LEN`.
     KeyInvalid,
+    /// The link is schema-checked and the check has not answered yet
+    /// (the link is down, or the device's description is still on its
+    /// way): see `remote::Checked`. Transient; not a fault.
+    SchemaUnverified,
+    /// The link is schema-checked and the device describes the record
+    /// with another schema than the host's type, or not at all: see
+    /// `remote::Checked`. Lasts until the link comes up again with a
+    /// matching device.
+    SchemaMismatch,
 }
 
 impl DispatchError {
@@ -141,6 +150,8 @@ impl DispatchError {
             Self::PayloadTooLarge => "payload over the route's limit",
             Self::KeyTableFull => "key table full",
             Self::KeyInvalid => "invalid key",
+            Self::SchemaUnverified => "record schema not verified yet",
+            Self::SchemaMismatch => "record schema differs from the device's",
         }
     }
 }
@@ -180,6 +191,10 @@ pub struct InboundStats {
     pub key_table_full: u32,
     /// [`DispatchError::KeyInvalid`].
     pub key_invalid: u32,
+    /// [`DispatchError::SchemaUnverified`].
+    pub schema_unverified: u32,
+    /// [`DispatchError::SchemaMismatch`].
+    pub schema_mismatch: u32,
     /// Retained messages skipped by links that do not apply them (not a
     /// rejection; see [`FrameSink::dispatch_retained`]).
     pub retained_ignored: u32,
@@ -187,7 +202,7 @@ pub struct InboundStats {
 
 impl InboundStats {
     /// Every rejection reason, in field order.
-    pub(crate) const REASONS: usize = 9;
+    pub(crate) const REASONS: usize = 11;
 
     /// Index of `e`'s reason in field order (`0..REASONS`).
     pub(crate) const fn index(e: DispatchError) -> usize {
@@ -201,6 +216,8 @@ impl InboundStats {
             DispatchError::PayloadTooLarge => 6,
             DispatchError::KeyTableFull => 7,
             DispatchError::KeyInvalid => 8,
+            DispatchError::SchemaUnverified => 9,
+            DispatchError::SchemaMismatch => 10,
         }
     }
 
@@ -215,6 +232,8 @@ impl InboundStats {
             DispatchError::PayloadTooLarge => &mut self.payload_too_large,
             DispatchError::KeyTableFull => &mut self.key_table_full,
             DispatchError::KeyInvalid => &mut self.key_invalid,
+            DispatchError::SchemaUnverified => &mut self.schema_unverified,
+            DispatchError::SchemaMismatch => &mut self.schema_mismatch,
         }
     }
 
@@ -242,6 +261,8 @@ impl InboundStats {
             self.payload_too_large,
             self.key_table_full,
             self.key_invalid,
+            self.schema_unverified,
+            self.schema_mismatch,
         ]
         .iter()
         .fold(0u32, |a, b| a.wrapping_add(*b))

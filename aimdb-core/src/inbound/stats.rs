@@ -42,6 +42,8 @@ impl Counters {
             payload_too_large: r(6),
             key_table_full: r(7),
             key_invalid: r(8),
+            schema_unverified: r(9),
+            schema_mismatch: r(10),
             retained_ignored: self.retained_ignored.load(Ordering::Relaxed),
         }
     }

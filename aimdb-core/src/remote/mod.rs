@@ -52,9 +52,66 @@
 //! The wire format is postcard: [`Request`] in, [`Response`] out, each
 //! with the client's correlation id. Hosts decode responses with
 //! [`proto`]'s owned types (feature `alloc`).
+//!
+//! # The schema check
+//!
+//! postcard carries no field names, so a host whose copy of a device's
+//! type has drifted (a field added, a field's type changed) may decode
+//! the device's values wrongly without an error. A host that links a
+//! device's record as `T` can refuse that:
+//!
+//! - A [`Checked`] link wraps the inbound link into the host's record
+//!   with the device's record name and `T`'s [`schema_hash`]. It hands a
+//!   payload on only once the check has found the device's schema equal
+//!   to `T`'s ([`Verdict::Match`]); before that the payload is refused
+//!   unread as [`DispatchError::SchemaUnverified`], and after a
+//!   mismatch, or when the device does not describe the record, as
+//!   [`DispatchError::SchemaMismatch`], each counted by the dispatch.
+//!   `no_std`, no allocation.
+//! - A [`Verifier`] (feature `alloc`) runs the check. It follows the
+//!   connector's link-state record: when the link comes up it sends a
+//!   [`Op::List`] request, reads every page of the answer and sets each
+//!   check; when the link goes down every check is unverified again
+//!   (another device may come back). Link [`Verifier::asks`] with the
+//!   `Postcard` codec as an outbound route on the request topic, and the
+//!   verifier as an inbound route on the response topic.
+//!
+//! ```
+//! # #[cfg(feature = "alloc")] {
+//! use aimdb_core::codec::Postcard;
+//! use aimdb_core::inbound::{Dispatch, Link};
+//! use aimdb_core::link::LinkState;
+//! use aimdb_core::outbound;
+//! use aimdb_core::record::{Latest, Record, Ring};
+//! use aimdb_core::remote::{Check, Checked, Verdict, Verifier};
+//! use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+//!
+//! #[derive(serde::Serialize, serde::Deserialize, postcard_schema::Schema, Clone)]
+//! struct Reading { seq: u32, millideg: i32 }
+//!
+//! static READINGS: Record<Cs, Ring<Reading, 8>, 1> = Record::new("dev_readings");
+//! static LINK: Record<Cs, Latest<LinkState>, 1> = Record::new("link"); // Framed::with_link
+//! static CHECKED: Checked<Link<'static, Record<Cs, Ring<Reading, 8>, 1>, Postcard, Reading>> =
+//!     Checked::new("readings", Link::new(&READINGS, Postcard));
+//! static CHECKS: [&(dyn Check + Sync); 1] = [&CHECKED];
+//! static VERIFIER: Verifier<'static, Cs> = Verifier::new(&CHECKS, 0x5c00_0000);
+//!
+//! let mut b = Dispatch::<4, 4>::builder();
+//! b.link("dev/readings", &CHECKED).link("aimdb/rsp", &VERIFIER);
+//! let dispatch = b.build().unwrap();
+//! let asks = outbound::Link::new(VERIFIER.asks(LINK.subscribe().unwrap()), "aimdb/req", Postcard);
+//! assert_eq!(CHECKED.verdict(), Verdict::Unverified);
+//! # let _ = (dispatch, asks);
+//! # }
+//! ```
 #![forbid(unsafe_code)]
 
+mod check;
 pub mod proto;
+
+#[cfg(feature = "alloc")]
+pub use check::{Asks, Verifier, VerifierStats};
+pub use check::{Check, Checked, Typed, Verdict};
 
 use core::cell::RefCell;
 use core::task::{Context, Poll, Waker};

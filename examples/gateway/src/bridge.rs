@@ -380,7 +380,7 @@ impl Default for Notices {
 
 /// One of each rejection reason (the decoder detail does not matter for
 /// the counters).
-const REASONS: [DispatchError; 9] = [
+const REASONS: [DispatchError; 11] = [
     DispatchError::UnknownTopic,
     DispatchError::TopicNotUtf8,
     DispatchError::InvalidTopic,
@@ -390,4 +390,6 @@ const REASONS: [DispatchError; 9] = [
     DispatchError::PayloadTooLarge,
     DispatchError::KeyTableFull,
     DispatchError::KeyInvalid,
+    DispatchError::SchemaUnverified,
+    DispatchError::SchemaMismatch,
 ];
