@@ -41,6 +41,21 @@ macro_rules! node {
     };
 }
 
+/// The node's two tables around `$responder`: requests dispatched on
+/// `REQ`, answers pulled from a route on `RSP` with a `$len`-byte buffer.
+macro_rules! tables {
+    ($responder:ident, $ready:ident, $len:expr, $dispatch:ident, $routes:ident) => {
+        let mut b = Dispatch::<2, 2>::builder();
+        b.link(REQ, &$responder);
+        let mut $dispatch = b.build().unwrap();
+        let mut answers = outbound::Link::new($responder.requests(), RSP, $responder.answers());
+        let mut payload = [0u8; $len];
+        let mut b = Routes::<_, 1, 1>::builder(&$ready, &mut payload);
+        b.link(&mut answers);
+        let mut $routes = b.build().unwrap();
+    };
+}
+
 fn request(id: u32, op: Op<'_>) -> Vec<u8> {
     postcard::to_allocvec(&Request { id, op }).unwrap()
 }
@@ -71,14 +86,7 @@ fn futures_lite_next<S: MessageSource + ?Sized>(routes: &mut S) -> (String, Vec<
 #[test]
 fn lists_describes_gets_and_sets_through_the_tables() {
     node!(READINGS, LED, CMD, RESPONDER, READY);
-    let mut b = Dispatch::<2, 2>::builder();
-    b.link(REQ, &RESPONDER);
-    let mut dispatch = b.build().unwrap();
-    let mut answers = outbound::Link::new(RESPONDER.requests(), RSP, RESPONDER.answers());
-    let mut payload = [0u8; 256];
-    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload);
-    b.link(&mut answers);
-    let mut routes = b.build().unwrap();
+    tables!(RESPONDER, READY, 256, dispatch, routes);
 
     // list
     let r = ask(
@@ -183,14 +191,7 @@ fn lists_describes_gets_and_sets_through_the_tables() {
 #[test]
 fn a_read_only_record_refuses_set_and_keeps_its_value() {
     node!(READINGS, LED, CMD, RESPONDER, READY);
-    let mut b = Dispatch::<2, 2>::builder();
-    b.link(REQ, &RESPONDER);
-    let mut dispatch = b.build().unwrap();
-    let mut answers = outbound::Link::new(RESPONDER.requests(), RSP, RESPONDER.answers());
-    let mut payload = [0u8; 256];
-    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload);
-    b.link(&mut answers);
-    let mut routes = b.build().unwrap();
+    tables!(RESPONDER, READY, 256, dispatch, routes);
 
     READINGS.write(Reading {
         seq: 1,
@@ -241,14 +242,7 @@ fn a_read_only_record_refuses_set_and_keeps_its_value() {
 #[test]
 fn malformed_busy_and_oversized_requests_get_typed_answers() {
     node!(READINGS, LED, CMD, RESPONDER, READY);
-    let mut b = Dispatch::<2, 2>::builder();
-    b.link(REQ, &RESPONDER);
-    let mut dispatch = b.build().unwrap();
-    let mut answers = outbound::Link::new(RESPONDER.requests(), RSP, RESPONDER.answers());
-    let mut payload = [0u8; 256];
-    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload);
-    b.link(&mut answers);
-    let mut routes = b.build().unwrap();
+    tables!(RESPONDER, READY, 256, dispatch, routes);
 
     // id 12, then an op tag no version has
     let r = ask(&mut dispatch, &mut routes, &[12, 0x7f]);
@@ -287,15 +281,8 @@ fn malformed_busy_and_oversized_requests_get_typed_answers() {
 #[test]
 fn a_page_shrinks_to_the_answer_buffer_and_too_large_is_typed() {
     node!(READINGS, LED, CMD, RESPONDER, READY);
-    let mut b = Dispatch::<2, 2>::builder();
-    b.link(REQ, &RESPONDER);
-    let mut dispatch = b.build().unwrap();
-    let mut answers = outbound::Link::new(RESPONDER.requests(), RSP, RESPONDER.answers());
     // Room for one or two entries, not three; and not for a description.
-    let mut payload = [0u8; 48];
-    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload);
-    b.link(&mut answers);
-    let mut routes = b.build().unwrap();
+    tables!(RESPONDER, READY, 48, dispatch, routes);
 
     let r = ask(
         &mut dispatch,
