@@ -42,6 +42,19 @@ fn config(client_id: &str, first_seq: u64) -> Config<'_> {
     c
 }
 
+/// Empty tables (presence needs no route), counters and session buffers.
+macro_rules! no_routes {
+    ($ready:ident, $inbound:ident, $outbound:ident, $counters:ident, $rx:ident, $tx:ident) => {
+        let mut $inbound = Dispatch::<1, 1>::builder().build().unwrap();
+        let mut payload = [0u8; 8];
+        let mut $outbound = Routes::<_, 1, 1>::builder(&$ready, &mut payload)
+            .build()
+            .unwrap();
+        let $counters = Counters::new();
+        let (mut $rx, mut $tx) = ([0u8; 256], [0u8; 512]);
+    };
+}
+
 /// The next presence payload `sub` prints, parsed as a consumer would
 /// (JSON; the will's padding included).
 async fn next_state(sub: &mut Sub) -> LinkState {
@@ -74,13 +87,7 @@ async fn presence_child() {
         .parse()
         .unwrap();
     static READY: Readiness<1> = Readiness::new();
-    let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
-    let mut payload = [0u8; 8];
-    let mut outbound = Routes::<_, 1, 1>::builder(&READY, &mut payload)
-        .build()
-        .unwrap();
-    let counters = Counters::new();
-    let (mut rx, mut tx) = ([0u8; 256], [0u8; 512]);
+    no_routes!(READY, inbound, outbound, counters, rx, tx);
     let mut mqtt = connector(
         config("dev-7", first),
         &mut rx,
@@ -214,13 +221,7 @@ async fn a_silent_link_gets_its_will_and_a_new_birth_when_it_is_back() {
         }
     });
 
-    let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
-    let mut payload = [0u8; 8];
-    let mut outbound = Routes::<_, 1, 1>::builder(&READY, &mut payload)
-        .build()
-        .unwrap();
-    let counters = Counters::new();
-    let (mut rx, mut tx) = ([0u8; 256], [0u8; 512]);
+    no_routes!(READY, inbound, outbound, counters, rx, tx);
     let mut mqtt = connector(
         config("dev-7", 1),
         &mut rx,
@@ -275,13 +276,7 @@ async fn a_graceful_stop_publishes_offline_itself() {
     let port = free_port();
     let broker = Broker::anonymous(port);
     let mut sub = Sub::text(&broker, "watcher", TOPIC).await;
-    let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
-    let mut payload = [0u8; 8];
-    let mut outbound = Routes::<_, 1, 1>::builder(&READY, &mut payload)
-        .build()
-        .unwrap();
-    let counters = Counters::new();
-    let (mut rx, mut tx) = ([0u8; 256], [0u8; 512]);
+    no_routes!(READY, inbound, outbound, counters, rx, tx);
     let mut mqtt =
         connector(config("dev-7", 5), &mut rx, &mut tx, tcp(port), &counters).with_link(&LINK);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
