@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aimdb_connectors::framed::frame::{self, Decoder, Event};
 use aimdb_core::remote::proto::{Body, Response};
-use aimdb_core::remote::{Error as NodeError, Op, Request};
+use aimdb_core::remote::{Op, Request, RequestError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -331,7 +331,7 @@ impl Client {
                 }
             };
             match result {
-                Err(NodeError::Busy) if !retried => {
+                Err(RequestError::Busy) if !retried => {
                     retried = true;
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }

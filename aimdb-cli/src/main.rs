@@ -119,7 +119,7 @@ pub enum Fail {
     Usage(String),
     Unreachable(String),
     Timeout(String),
-    Node(aimdb_core::remote::Error),
+    Node(aimdb_core::remote::RequestError),
     Schema(String),
     Other(String),
 }

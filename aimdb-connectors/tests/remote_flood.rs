@@ -18,7 +18,7 @@ use aimdb_core::outbound;
 use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Record, Ring};
 use aimdb_core::remote::proto::{Body, Response};
-use aimdb_core::remote::{Description, Error, Op, Request, Responder};
+use aimdb_core::remote::{Description, Op, Request, RequestError, Responder};
 use aimdb_core::sync::Readiness;
 use common::block_on;
 use embassy_futures::join::join;
@@ -127,7 +127,7 @@ fn a_request_flood_leaves_the_data_route_delivering_in_order() {
                     let r: Response<Body> = postcard::from_bytes(&a).unwrap();
                     match r.result {
                         Ok(Body::List { .. }) => answered += 1,
-                        Err(Error::Busy) => busy += 1,
+                        Err(RequestError::Busy) => busy += 1,
                         other => panic!("unexpected answer {other:?}"),
                     }
                 }

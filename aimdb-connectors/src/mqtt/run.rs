@@ -20,7 +20,7 @@ use super::{minimq_qos, Cause, Config, Connect, Counters, Mqtt, Presence, QoS};
 use crate::connect::Duplex;
 use crate::reconnect::{wait, Reconnect, Stopped};
 use aimdb_core::codec::Encode;
-use aimdb_core::link::{Cause as LinkCause, LinkState, PresenceJson, PRESENCE_MAX};
+use aimdb_core::link::{self, LinkState, PresenceJson, PRESENCE_MAX};
 use aimdb_core::record::Sink;
 
 /// The connection is gone (or never came up), and why; reconnect.
@@ -47,7 +47,7 @@ fn will_payload(seq: u64) -> [u8; WILL_LEN] {
     let mut out = [b' '; WILL_LEN];
     // 64 bytes hold the longest `lost` payload (45 + 20 digits fit: see
     // the unit test); padding stays spaces.
-    let _ = PresenceJson.encode(&LinkState::offline(seq, LinkCause::Lost), &mut out);
+    let _ = PresenceJson.encode(&LinkState::offline(seq, link::Cause::Lost), &mut out);
     out
 }
 
@@ -184,12 +184,12 @@ impl Report<'_> {
 }
 
 /// The link-state cause for why a connection ended.
-fn link_cause(cause: Cause) -> LinkCause {
+fn link_cause(cause: Cause) -> link::Cause {
     match cause {
-        Cause::Transport => LinkCause::Io,
-        Cause::Protocol => LinkCause::Protocol,
-        Cause::AckTimeout => LinkCause::Silent,
-        _ => LinkCause::Closed,
+        Cause::Transport => link::Cause::Io,
+        Cause::Protocol => link::Cause::Protocol,
+        Cause::AckTimeout => link::Cause::Silent,
+        _ => link::Cause::Closed,
     }
 }
 
@@ -212,13 +212,13 @@ where
         delay,
         config,
         counters,
-        link,
+        link: link_sink,
         seq,
     } = mqtt;
     let counters: &Counters = counters;
     let mut stop = pin!(stop);
     let mut report = Report {
-        sink: *link,
+        sink: *link_sink,
         last: None,
     };
     // Failed attempts since the last successful connection.
@@ -380,7 +380,7 @@ where
 
 /// Stopped on request: the link is down for that reason.
 fn stopped(report: &mut Report<'_>, seq: u64) -> Stopped {
-    report.set(LinkState::offline(seq, LinkCause::Stopped));
+    report.set(LinkState::offline(seq, link::Cause::Stopped));
     Stopped::Requested
 }
 
@@ -439,7 +439,7 @@ async fn goodbye<IO, S>(
 {
     let polite = async {
         if let Some(p) = &config.presence {
-            let bye = LinkState::offline(seq, LinkCause::Stopped);
+            let bye = LinkState::offline(seq, link::Cause::Stopped);
             announce(conn, sink, p, bye, counters).await?;
         }
         while !conn.session().is_publish_quiescent() {

@@ -198,7 +198,7 @@ mod verifier {
     use crate::connector::DispatchError;
     use crate::link::{LinkState, Status};
     use crate::record::{Kind, RecvError, Source};
-    use crate::remote::proto::{Body, Error, Op, Request, Response};
+    use crate::remote::proto::{Body, Op, Request, RequestError, Response};
 
     /// Counters of a [`Verifier`].
     #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -412,7 +412,7 @@ mod verifier {
                     from,
                     entries,
                 }) if from == asked => self.page(total, from, &entries),
-                Err(Error::Busy) => Some(asked),
+                Err(RequestError::Busy) => Some(asked),
                 _ => {
                     bump(&self.counters.failed);
                     None
@@ -508,7 +508,7 @@ mod tests {
     use crate::codec::Postcard;
     use crate::link::{Cause, LinkState};
     use crate::record::{Kind, Latest, Record, Source as _};
-    use crate::remote::proto::{Body, Entry, Error, Op, Response};
+    use crate::remote::proto::{Body, Entry, Op, RequestError, Response};
     use crate::remote::Verifier;
 
     fn entry(name: &str, schema_hash: [u8; 8]) -> Entry {
@@ -521,11 +521,11 @@ mod tests {
         }
     }
 
-    fn answer(id: u32, result: Result<Body, Error>) -> Vec<u8> {
+    fn answer(id: u32, result: Result<Body, RequestError>) -> Vec<u8> {
         postcard::to_allocvec(&Response { id, result }).unwrap()
     }
 
-    fn list(total: u16, from: u16, entries: Vec<Entry>) -> Result<Body, Error> {
+    fn list(total: u16, from: u16, entries: Vec<Entry>) -> Result<Body, RequestError> {
         Ok(Body::List {
             total,
             from,
@@ -569,7 +569,8 @@ mod tests {
         ));
         assert_eq!(a.verdict(), Verdict::Unverified);
         // Busy: asked again.
-        v.deliver(None, &answer(id, Err(Error::Busy))).unwrap();
+        v.deliver(None, &answer(id, Err(RequestError::Busy)))
+            .unwrap();
         assert_eq!(poll().map(|r| r.op), Some(Op::List { from: 0 }));
         // Two pages: a matches on the second; b is not listed.
         v.deliver(

@@ -41,13 +41,13 @@
 //!
 //! - It holds **one** request at a time (`N` bytes). Requests that
 //!   arrive while one is pending are counted (`busy`), and the latest of
-//!   them is answered [`Error::Busy`] (its id is kept for that); a request over `N` bytes is refused by the
+//!   them is answered [`RequestError::Busy`] (its id is kept for that); a request over `N` bytes is refused by the
 //!   inbound table (`PayloadTooLarge`) and counted there. A flood therefore
 //!   costs one answer per pull, never a queue.
 //! - Each answer is bounded work: one record encoded or decoded, or one
 //!   page of the table.
 //! - Writes go only to records described [`writable`](Description::writable);
-//!   any other is refused with [`Error::NotWritable`] and nothing changes.
+//!   any other is refused with [`RequestError::NotWritable`] and nothing changes.
 //!
 //! The wire format is postcard: [`Request`] in, [`Response`] out, each
 //! with the client's correlation id. Hosts decode responses with
@@ -128,7 +128,7 @@ use crate::codec::{Encode, EncodeError};
 use crate::connector::DispatchError;
 use crate::record::{Buffer, Kind, Record, RecvError, Source};
 use proto::{BodyRef, Response};
-pub use proto::{Codec, Error, Op, Request};
+pub use proto::{Codec, Op, Request, RequestError};
 
 /// Type-erased access to one record: what a [`Description`] reaches it
 /// through. Implemented by every [`Record`] whose value type is postcard
@@ -138,7 +138,7 @@ pub trait Access {
     /// `None` if the record holds none.
     fn get(&self, out: &mut [u8]) -> Result<Option<usize>, EncodeError>;
     /// Decodes `bytes` (postcard) and writes the value.
-    fn set(&self, bytes: &[u8]) -> Result<(), Error>;
+    fn set(&self, bytes: &[u8]) -> Result<(), RequestError>;
     /// Writes so far.
     fn writes(&self) -> u64;
     /// Writes that replaced a value no reader took.
@@ -155,8 +155,8 @@ where
         self.with_newest(|v| v.map(|v| crate::codec::Postcard.encode(v, out)).transpose())
     }
 
-    fn set(&self, bytes: &[u8]) -> Result<(), Error> {
-        let v = postcard::from_bytes::<B::Item>(bytes).map_err(|_| Error::Malformed)?;
+    fn set(&self, bytes: &[u8]) -> Result<(), RequestError> {
+        let v = postcard::from_bytes::<B::Item>(bytes).map_err(|_| RequestError::Malformed)?;
         self.write(v);
         Ok(())
     }
@@ -273,10 +273,10 @@ pub struct ResponderStats {
     pub requests: u32,
     /// Answers encoded (errors included).
     pub answered: u32,
-    /// Requests that did not decode (answered [`Error::Malformed`] when
+    /// Requests that did not decode (answered [`RequestError::Malformed`] when
     /// their id could be read).
     pub malformed: u32,
-    /// Requests that found the slot full (answered [`Error::Busy`]).
+    /// Requests that found the slot full (answered [`RequestError::Busy`]).
     pub busy: u32,
     /// `set` refused: the record is not writable.
     pub denied: u32,
@@ -375,7 +375,7 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
     fn answer(&self, job: &Job<N>, buf: &mut [u8]) -> Result<usize, EncodeError> {
         bump(&self.counters.answered);
         let bytes = match job {
-            Job::Busy(id) => return respond(buf, *id, Err(Error::Busy)),
+            Job::Busy(id) => return respond(buf, *id, Err(RequestError::Busy)),
             Job::Request(bytes) => bytes,
         };
         let request = match postcard::from_bytes::<Request<'_>>(bytes) {
@@ -384,7 +384,7 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
                 bump(&self.counters.malformed);
                 // The id is the first field: answer it if it reads.
                 let id = postcard::take_from_bytes::<u32>(bytes).map_or(0, |(id, _)| id);
-                return respond(buf, id, Err(Error::Malformed));
+                return respond(buf, id, Err(RequestError::Malformed));
             }
         };
         let id = request.id;
@@ -407,18 +407,18 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
             }
             Op::Describe { record } => match find(record) {
                 Some(d) => respond(buf, id, Ok(BodyRef::Describe(proto::InfoRef(d)))),
-                None => respond(buf, id, Err(Error::UnknownRecord)),
+                None => respond(buf, id, Err(RequestError::UnknownRecord)),
             },
             Op::Get { record } => match find(record) {
                 Some(d) => get(buf, id, d),
-                None => respond(buf, id, Err(Error::UnknownRecord)),
+                None => respond(buf, id, Err(RequestError::UnknownRecord)),
             },
             Op::Set { record, value } => {
                 let r = match find(record) {
-                    None => Err(Error::UnknownRecord),
+                    None => Err(RequestError::UnknownRecord),
                     Some(d) if !d.writable => {
                         bump(&self.counters.denied);
-                        Err(Error::NotWritable)
+                        Err(RequestError::NotWritable)
                     }
                     Some(d) => d.access.set(value).map(|()| BodyRef::Written),
                 };
@@ -455,7 +455,7 @@ fn page<'a>(
         match crate::codec::Postcard.encode(&r, buf) {
             Ok(len) => return Ok(len),
             Err(EncodeError::BufferTooSmall) if n > 1 => n -= 1,
-            Err(_) => return respond(buf, r.id, Err(Error::TooLarge)),
+            Err(_) => return respond(buf, r.id, Err(RequestError::TooLarge)),
         }
     }
 }
@@ -464,13 +464,13 @@ fn page<'a>(
 fn respond(
     buf: &mut [u8],
     id: u32,
-    result: Result<BodyRef<'_>, Error>,
+    result: Result<BodyRef<'_>, RequestError>,
 ) -> Result<usize, EncodeError> {
     match crate::codec::Postcard.encode(&Response { id, result }, buf) {
         Err(EncodeError::BufferTooSmall) => crate::codec::Postcard.encode(
             &Response::<BodyRef<'_>> {
                 id,
-                result: Err(Error::TooLarge),
+                result: Err(RequestError::TooLarge),
             },
             buf,
         ),
@@ -487,7 +487,7 @@ const VALUE_HEADER: usize = 5 + 1 + 1 + 10 + 1 + 5;
 fn get(buf: &mut [u8], id: u32, d: &Description) -> Result<usize, EncodeError> {
     let writes = d.access.writes();
     let Some(tail) = buf.get_mut(VALUE_HEADER..) else {
-        return respond(buf, id, Err(Error::TooLarge));
+        return respond(buf, id, Err(RequestError::TooLarge));
     };
     let n = match d.access.get(tail) {
         Ok(Some(n)) => n,
@@ -501,7 +501,7 @@ fn get(buf: &mut [u8], id: u32, d: &Description) -> Result<usize, EncodeError> {
                 }),
             )
         }
-        Err(_) => return respond(buf, id, Err(Error::TooLarge)),
+        Err(_) => return respond(buf, id, Err(RequestError::TooLarge)),
     };
     let mut header = [0u8; VALUE_HEADER];
     let h =

@@ -68,7 +68,7 @@ pub enum Op<'a> {
 /// Why a request failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum Error {
+pub enum RequestError {
     /// No described record has that name.
     UnknownRecord,
     /// The record is not described as writable.
@@ -81,7 +81,7 @@ pub enum Error {
     Busy,
 }
 
-impl core::fmt::Display for Error {
+impl core::fmt::Display for RequestError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(match self {
             Self::UnknownRecord => "no such record",
@@ -92,7 +92,7 @@ impl core::fmt::Display for Error {
         })
     }
 }
-impl core::error::Error for Error {}
+impl core::error::Error for RequestError {}
 
 /// A route's payload codec, as a description reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,7 +111,7 @@ pub struct Response<B> {
     /// The request's id (0 if a malformed request had none).
     pub id: u32,
     /// The answer.
-    pub result: Result<B, Error>,
+    pub result: Result<B, RequestError>,
 }
 
 /// A response body as the node encodes it. Variant order is the wire's:

@@ -213,7 +213,7 @@ fn a_read_only_record_refuses_set_and_keeps_its_value() {
             },
         ),
     );
-    assert_eq!((r.id, r.result), (7, Err(Error::NotWritable)));
+    assert_eq!((r.id, r.result), (7, Err(RequestError::NotWritable)));
     assert_eq!(READINGS.writes(), 1);
     assert_eq!(RESPONDER.stats().denied, 1);
 
@@ -222,7 +222,7 @@ fn a_read_only_record_refuses_set_and_keeps_its_value() {
         &mut routes,
         &request(8, Op::Get { record: "nope" }),
     );
-    assert_eq!(r.result, Err(Error::UnknownRecord));
+    assert_eq!(r.result, Err(RequestError::UnknownRecord));
     // A `set` value that is not the record's type changes nothing.
     let r = ask(
         &mut dispatch,
@@ -235,7 +235,7 @@ fn a_read_only_record_refuses_set_and_keeps_its_value() {
             },
         ),
     );
-    assert_eq!(r.result, Err(Error::Malformed));
+    assert_eq!(r.result, Err(RequestError::Malformed));
     assert_eq!(LED.writes(), 0);
 }
 
@@ -246,7 +246,7 @@ fn malformed_busy_and_oversized_requests_get_typed_answers() {
 
     // id 12, then an op tag no version has
     let r = ask(&mut dispatch, &mut routes, &[12, 0x7f]);
-    assert_eq!((r.id, r.result), (12, Err(Error::Malformed)));
+    assert_eq!((r.id, r.result), (12, Err(RequestError::Malformed)));
     assert_eq!(RESPONDER.stats().malformed, 1);
 
     // Two requests before the connector pulls: the second is busy.
@@ -299,5 +299,5 @@ fn a_page_shrinks_to_the_answer_buffer_and_too_large_is_typed() {
         &mut routes,
         &request(2, Op::Describe { record: "readings" }),
     );
-    assert_eq!(r.result, Err(Error::TooLarge));
+    assert_eq!(r.result, Err(RequestError::TooLarge));
 }
