@@ -125,6 +125,7 @@ async fn stats_all(c: &mut Client) -> Result<Vec<(String, u64, u64)>, Fail> {
                 total,
                 from,
                 entries,
+                ..
             } => {
                 let next = usize::from(from) + entries.len();
                 let done = entries.is_empty() || next >= usize::from(total);

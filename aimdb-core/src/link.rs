@@ -200,18 +200,7 @@ impl Encode<LinkState> for PresenceJson {
         w.put(br#"{"status":""#)?;
         w.put(status)?;
         w.put(br#"","seq":"#)?;
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut n = value.seq;
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        w.put(&digits[at..])?;
+        w.put_u64(value.seq)?;
         if let Some(c) = value.cause {
             w.put(br#","cause":""#)?;
             w.put(c.as_str().as_bytes())?;
@@ -225,13 +214,14 @@ impl Encode<LinkState> for PresenceJson {
 /// The longest [`PresenceJson`] payload (an offline with a 20-digit `seq`).
 pub const PRESENCE_MAX: usize = 72;
 
-struct Cursor<'a> {
-    buf: &'a mut [u8],
-    len: usize,
+/// Writes JSON text into a buffer without `core::fmt`.
+pub(crate) struct Cursor<'a> {
+    pub(crate) buf: &'a mut [u8],
+    pub(crate) len: usize,
 }
 
 impl Cursor<'_> {
-    fn put(&mut self, s: &[u8]) -> Result<(), EncodeError> {
+    pub(crate) fn put(&mut self, s: &[u8]) -> Result<(), EncodeError> {
         let end = self.len + s.len();
         self.buf
             .get_mut(self.len..end)
@@ -239,6 +229,44 @@ impl Cursor<'_> {
             .copy_from_slice(s);
         self.len = end;
         Ok(())
+    }
+
+    /// `n` in decimal.
+    pub(crate) fn put_u64(&mut self, mut n: u64) -> Result<(), EncodeError> {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.put(&digits[at..])
+    }
+
+    /// `s` as a JSON string, quotes included.
+    #[cfg(feature = "remote")]
+    pub(crate) fn put_str(&mut self, s: &str) -> Result<(), EncodeError> {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        self.put(b"\"")?;
+        for &b in s.as_bytes() {
+            match b {
+                b'"' => self.put(b"\\\"")?,
+                b'\\' => self.put(b"\\\\")?,
+                0..=0x1f => self.put(&[
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[usize::from(b >> 4)],
+                    HEX[usize::from(b & 15)],
+                ])?,
+                _ => self.put(&[b])?,
+            }
+        }
+        self.put(b"\"")
     }
 }
 

@@ -195,6 +195,7 @@ pub struct Counters {
     malformed: AtomicU32,
     rejected: AtomicU32,
     dropped: AtomicU32,
+    lagged: AtomicU32,
     reconnects: AtomicU32,
     connect_failures: AtomicU32,
     heartbeats_sent: AtomicU32,
@@ -225,6 +226,9 @@ pub struct Stats {
     pub rejected: u32,
     /// Outbound messages too large for the transmit buffer, skipped.
     pub dropped: u32,
+    /// Values outbound `Ring` routes lost before they could be sent (the
+    /// reader fell behind); wraps.
+    pub lagged: u32,
     /// Successful connections after the first one
     /// ([`Framed::run_reconnecting`] only).
     pub reconnects: u32,
@@ -267,6 +271,7 @@ impl Counters {
             malformed: AtomicU32::new(0),
             rejected: AtomicU32::new(0),
             dropped: AtomicU32::new(0),
+            lagged: AtomicU32::new(0),
             reconnects: AtomicU32::new(0),
             connect_failures: AtomicU32::new(0),
             heartbeats_sent: AtomicU32::new(0),
@@ -288,6 +293,7 @@ impl Counters {
             malformed: r(&self.malformed),
             rejected: r(&self.rejected),
             dropped: r(&self.dropped),
+            lagged: r(&self.lagged),
             reconnects: r(&self.reconnects),
             connect_failures: r(&self.connect_failures),
             heartbeats_sent: r(&self.heartbeats_sent),
@@ -1073,9 +1079,10 @@ async fn write_loop<W: Write, S: MessageSource + ?Sized>(
         let mut urgent_end = out.len;
         while let Some(ready) = out.held {
             let m = outbound.message(ready);
-            let urgent = m.urgent;
+            let (urgent, lagged) = (m.urgent, m.lagged);
             match frame::encode(m.topic, m.payload, &mut buf[out.len..]) {
                 Ok(n) => {
+                    bump(&counters.lagged, lagged as u32);
                     if urgent {
                         // Move the frame just encoded ahead of the normal
                         // frames of this batch.
@@ -1086,7 +1093,10 @@ async fn write_loop<W: Write, S: MessageSource + ?Sized>(
                 }
                 // The batch is full: send it; this message stays held.
                 Err(_) if out.len > 0 => break,
-                Err(_) => bump(&counters.dropped, 1),
+                Err(_) => {
+                    bump(&counters.lagged, lagged as u32);
+                    bump(&counters.dropped, 1);
+                }
             }
             // A pending poll registers this task's waker, which is what the
             // next wait needs anyway.
@@ -1176,4 +1186,19 @@ async fn send<W: Write>(
         }
     }
     tx.flush().await.map_err(kind)
+}
+
+#[cfg(feature = "remote")]
+impl aimdb_core::remote::Counted for Counters {
+    fn link_counters(&self) -> aimdb_core::remote::LinkCounters {
+        let s = self.snapshot();
+        aimdb_core::remote::LinkCounters {
+            sent: s.sent,
+            received: s.received,
+            rejected: s.rejected,
+            dropped: s.dropped,
+            lagged: s.lagged,
+            reconnects: s.reconnects,
+        }
+    }
 }

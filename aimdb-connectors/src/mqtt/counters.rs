@@ -201,6 +201,21 @@ fn bump(c: &AtomicU32) {
     c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
 }
 
+#[cfg(feature = "remote")]
+impl aimdb_core::remote::Counted for Counters {
+    fn link_counters(&self) -> aimdb_core::remote::LinkCounters {
+        let s = self.snapshot();
+        aimdb_core::remote::LinkCounters {
+            sent: s.sent,
+            received: s.received,
+            rejected: s.rejected,
+            dropped: s.dropped,
+            lagged: s.lagged,
+            reconnects: s.reconnects,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -295,6 +295,46 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
         t
     }
 
+    /// Claims a reader slot for a remote watch: it never takes a value
+    /// (a `Mailbox` command stays for its consumer), it is only woken by
+    /// writes ([`Self::poll_changed`]). Released by [`Self::release_slot`].
+    /// While held it counts as a subscribed reader for [`Self::replaced`].
+    #[cfg(feature = "remote")]
+    pub(crate) fn watch_slot(&self) -> Result<u8, SubscribeError> {
+        self.subscribe_slot()
+    }
+
+    /// Releases a slot of [`Self::watch_slot`].
+    #[cfg(feature = "remote")]
+    pub(crate) fn release_slot(&self, i: usize) {
+        self.unsubscribe(i);
+    }
+
+    /// For watch slot `i`: the write count if it differs from `seen`;
+    /// otherwise `None`, with `w` stored to be woken by the next write (in
+    /// the same critical section as the look, as [`Self::take`] does).
+    #[cfg(feature = "remote")]
+    pub(crate) fn poll_changed(&self, i: usize, seen: u64, w: &Waker) -> Option<u64> {
+        let mut old = None;
+        let changed = self.state.lock(|s| {
+            let mut s = s.borrow_mut();
+            let s = &mut *s;
+            if s.writes != seen {
+                return Some(s.writes);
+            }
+            if s.cursors[i].is_some() {
+                match &s.wakers[i] {
+                    Some(o) if o.will_wake(w) => {}
+                    _ => old = s.wakers[i].replace(w.clone()),
+                }
+                s.waiting |= 1 << i;
+            }
+            None
+        });
+        drop(old);
+        changed
+    }
+
     fn replay(&self, i: usize) {
         self.state.lock(|s| {
             let mut s = s.borrow_mut();

@@ -107,7 +107,10 @@
 #![forbid(unsafe_code)]
 
 mod check;
+mod manifest;
 pub mod proto;
+
+pub use manifest::{Manifest, ManifestJson, Manifests};
 
 #[cfg(feature = "alloc")]
 pub use check::{Asks, Verifier, VerifierStats};
@@ -126,7 +129,8 @@ use serde::Serialize;
 
 use crate::codec::{Encode, EncodeError};
 use crate::connector::DispatchError;
-use crate::record::{Buffer, Kind, Record, RecvError, Source};
+use crate::link::LinkState;
+use crate::record::{Buffer, Kind, Latest, Record, RecvError, Source};
 use proto::{BodyRef, Response};
 pub use proto::{Codec, Op, Request, RequestError};
 
@@ -143,6 +147,14 @@ pub trait Access {
     fn writes(&self) -> u64;
     /// Writes that replaced a value no reader took.
     fn replaced(&self) -> u64;
+    /// Claims a reader slot for a watch (`None`: none free). The slot
+    /// never takes a value; it is only woken by writes.
+    fn watch(&self) -> Option<u8>;
+    /// For watch slot `slot`: the write count if it is not `seen`, else
+    /// `None` with `waker` registered for the next write.
+    fn poll_changed(&self, slot: u8, seen: u64, waker: &Waker) -> Option<u64>;
+    /// Releases a watch slot.
+    fn unwatch(&self, slot: u8);
 }
 
 impl<M, B, const R: usize> Access for Record<M, B, R>
@@ -167,6 +179,91 @@ where
 
     fn replaced(&self) -> u64 {
         Record::replaced(self)
+    }
+
+    fn watch(&self) -> Option<u8> {
+        self.watch_slot().ok()
+    }
+
+    fn poll_changed(&self, slot: u8, seen: u64, waker: &Waker) -> Option<u64> {
+        Record::poll_changed(self, usize::from(slot), seen, waker)
+    }
+
+    fn unwatch(&self, slot: u8) {
+        self.release_slot(usize::from(slot));
+    }
+}
+
+/// A connector's counters as `stats` reports them (the common subset of
+/// the connectors' own, richer counters).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct LinkCounters {
+    /// Messages sent.
+    pub sent: u32,
+    /// Messages received and handed to the dispatch.
+    pub received: u32,
+    /// Of those, the ones the dispatch rejected.
+    pub rejected: u32,
+    /// Outbound messages dropped (too large for the buffers).
+    pub dropped: u32,
+    /// Values outbound `Ring` routes lost before they could be sent.
+    pub lagged: u32,
+    /// Successful connections after the first.
+    pub reconnects: u32,
+}
+
+/// A connector's counters, readable from another task: implemented by
+/// the connectors' shared counters (`aimdb-connectors`, feature `remote`).
+pub trait Counted {
+    /// The counters now.
+    fn link_counters(&self) -> LinkCounters;
+}
+
+/// A link-state record, read without a reader slot.
+pub trait LinkView {
+    /// The state now (`None` before the connector first wrote it).
+    fn link_state(&self) -> Option<LinkState>;
+}
+
+impl<M: RawMutex, const R: usize> LinkView for Record<M, Latest<LinkState>, R> {
+    fn link_state(&self) -> Option<LinkState> {
+        self.latest()
+    }
+}
+
+/// A connector as `stats` lists it: a name, its shared counters and,
+/// optionally, its link-state record. Build with [`Connector::new`] in a
+/// `static` table and hand it to [`Responder::with_connectors`].
+#[derive(Clone, Copy)]
+pub struct Connector {
+    pub(crate) name: &'static str,
+    pub(crate) counters: &'static (dyn Counted + Sync),
+    pub(crate) link: Option<&'static (dyn LinkView + Sync)>,
+}
+
+impl Connector {
+    /// A connector named `name` with `counters`.
+    pub const fn new(name: &'static str, counters: &'static (dyn Counted + Sync)) -> Self {
+        Self {
+            name,
+            counters,
+            link: None,
+        }
+    }
+
+    /// Its link-state record (the one the connector's `with_link` writes).
+    #[must_use]
+    pub const fn link(mut self, link: &'static (dyn LinkView + Sync)) -> Self {
+        self.link = Some(link);
+        self
+    }
+}
+
+impl core::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Connector")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -280,6 +377,8 @@ pub struct ResponderStats {
     pub busy: u32,
     /// `set` refused: the record is not writable.
     pub denied: u32,
+    /// Watch updates sent.
+    pub updates: u32,
 }
 
 struct Counters {
@@ -288,12 +387,31 @@ struct Counters {
     malformed: AtomicU32,
     busy: AtomicU32,
     denied: AtomicU32,
+    updates: AtomicU32,
 }
 
 /// One writer (the connector task that owns the tables): load and store,
 /// no read-modify-write, so this works on `thumbv6m`.
 fn bump(c: &AtomicU32) {
     c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+}
+
+/// Most records watched at once, over all clients of one responder.
+pub const WATCHES: usize = 4;
+
+/// One running watch.
+#[derive(Clone, Copy)]
+struct Watch {
+    /// Index in the table.
+    index: u16,
+    /// The record's reader slot.
+    slot: u8,
+    /// The id updates carry.
+    id: u32,
+    /// Updates left.
+    credit: u32,
+    /// Writes covered by the last value sent.
+    seen: u64,
 }
 
 /// What the request slot holds.
@@ -303,6 +421,13 @@ struct Slot<const N: usize> {
     /// The id of a request refused because the slot was full.
     busy: Option<u32>,
     waker: Option<Waker>,
+    /// Running watches. Only the answer side (the connector's outbound
+    /// task) changes them.
+    watches: [Option<Watch>; WATCHES],
+    /// Watches whose end is to be told (their ids).
+    ended: [Option<u32>; WATCHES],
+    /// Where the next look for a changed watch starts (fairness).
+    next: u8,
 }
 
 /// One request's work, handed from [`Requests`] to [`Answers`].
@@ -312,12 +437,17 @@ pub enum Job<const N: usize> {
     Request(heapless::Vec<u8, N>),
     /// Answer "busy" to this id.
     Busy(u32),
+    /// Send watch `k`'s newest value.
+    Update(u8),
+    /// Tell this id its watch ended.
+    Ended(u32),
 }
 
 /// Answers remote requests about the records of `table`, one at a time,
 /// with requests of at most `N` bytes. See the [module docs](self).
 pub struct Responder<M: RawMutex, const N: usize> {
     table: &'static [Description],
+    connectors: &'static [Connector],
     slot: Mutex<M, RefCell<Slot<N>>>,
     counters: Counters,
 }
@@ -327,11 +457,15 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
     pub const fn new(table: &'static [Description]) -> Self {
         Self {
             table,
+            connectors: &[],
             slot: Mutex::new(RefCell::new(Slot {
                 request: heapless::Vec::new(),
                 pending: false,
                 busy: None,
                 waker: None,
+                watches: [None; WATCHES],
+                ended: [None; WATCHES],
+                next: 0,
             })),
             counters: Counters {
                 requests: AtomicU32::new(0),
@@ -339,8 +473,16 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
                 malformed: AtomicU32::new(0),
                 busy: AtomicU32::new(0),
                 denied: AtomicU32::new(0),
+                updates: AtomicU32::new(0),
             },
         }
+    }
+
+    /// The connectors `stats` reports (none by default).
+    #[must_use]
+    pub const fn with_connectors(mut self, connectors: &'static [Connector]) -> Self {
+        self.connectors = connectors;
+        self
     }
 
     /// The described records.
@@ -358,13 +500,156 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
             malformed: l(&c.malformed),
             busy: l(&c.busy),
             denied: l(&c.denied),
+            updates: l(&c.updates),
         }
     }
 
     /// The answer side's source: link it with [`Self::answers`] as an
-    /// outbound route on the response topic.
+    /// outbound route on the response topic. A new answer route is a new
+    /// link: the watches of the previous one end.
     pub fn requests(&self) -> Requests<'_, M, N> {
+        self.end_watches();
         Requests(self)
+    }
+
+    /// The node's manifest, for MQTT: link it as an outbound route with
+    /// [`ManifestJson`] on a topic beside the request topic
+    /// (`<prefix>/aimdb/manifest`); it is retained and re-published at
+    /// each connection, so `mosquitto_sub -t '+/aimdb/manifest'` shows every
+    /// node's records with kinds, types, topics and schema hashes.
+    pub fn manifest(&self) -> Manifests {
+        Manifests::new(self.table)
+    }
+
+    /// Records watched now.
+    pub fn watching(&self) -> usize {
+        self.slot
+            .lock(|s| s.borrow().watches.iter().flatten().count())
+    }
+
+    /// Ends every watch silently (the link they were for is gone).
+    fn end_watches(&self) {
+        let mut gone = [None; WATCHES];
+        self.slot.lock(|s| {
+            let mut s = s.borrow_mut();
+            for (g, w) in gone.iter_mut().zip(s.watches.iter_mut()) {
+                *g = w.take();
+            }
+            s.ended = [None; WATCHES];
+        });
+        for w in gone.into_iter().flatten() {
+            self.table[usize::from(w.index)].access.unwatch(w.slot);
+        }
+    }
+
+    /// A watch request on table entry `index` (`credit` 0 stops it).
+    fn watch(
+        &self,
+        buf: &mut [u8],
+        id: u32,
+        index: usize,
+        credit: u32,
+    ) -> Result<usize, EncodeError> {
+        let d = &self.table[index];
+        if credit == 0 {
+            return self.unwatch(buf, id, index);
+        }
+        enum Step {
+            Renewed,
+            New(usize),
+            Full,
+        }
+        let step = self.slot.lock(|s| {
+            let mut s = s.borrow_mut();
+            if let Some(w) = s
+                .watches
+                .iter_mut()
+                .flatten()
+                .find(|w| usize::from(w.index) == index)
+            {
+                w.id = id;
+                w.credit = credit;
+                return Step::Renewed;
+            }
+            s.watches
+                .iter()
+                .position(Option::is_none)
+                .map_or(Step::Full, Step::New)
+        });
+        match step {
+            Step::Renewed => {}
+            Step::Full => return respond(buf, id, Err(RequestError::Busy)),
+            Step::New(k) => {
+                let Some(slot) = d.access.watch() else {
+                    return respond(buf, id, Err(RequestError::NotWatchable));
+                };
+                let seen = d.access.writes();
+                self.slot.lock(|s| {
+                    s.borrow_mut().watches[k] = Some(Watch {
+                        index: index as u16,
+                        slot,
+                        id,
+                        credit,
+                        seen,
+                    });
+                });
+            }
+        }
+        // The current value, under the watch's id.
+        get(buf, id, d)
+    }
+
+    fn unwatch(&self, buf: &mut [u8], id: u32, index: usize) -> Result<usize, EncodeError> {
+        let w = self.slot.lock(|s| {
+            let mut s = s.borrow_mut();
+            let k = s
+                .watches
+                .iter()
+                .position(|w| w.is_some_and(|w| usize::from(w.index) == index))?;
+            s.watches[k].take()
+        });
+        if let Some(w) = w {
+            self.table[index].access.unwatch(w.slot);
+            if w.id != id {
+                // The watch's own stream ends too.
+                self.slot.lock(|s| {
+                    let mut s = s.borrow_mut();
+                    if let Some(e) = s.ended.iter_mut().find(|e| e.is_none()) {
+                        *e = Some(w.id);
+                    }
+                });
+            }
+        }
+        respond(buf, id, Ok(BodyRef::Ended))
+    }
+
+    /// Watch `k`'s newest value; its last one ends it.
+    fn update(&self, buf: &mut [u8], k: usize) -> Result<usize, EncodeError> {
+        let Some(w) = self.slot.lock(|s| s.borrow().watches[k]) else {
+            // Ended since it was found changed (cannot happen: only this
+            // task ends watches); an answer no client waits for.
+            return respond(buf, 0, Ok(BodyRef::Ended));
+        };
+        bump(&self.counters.updates);
+        let d = &self.table[usize::from(w.index)];
+        let writes = d.access.writes();
+        let last = w.credit <= 1;
+        self.slot.lock(|s| {
+            let mut s = s.borrow_mut();
+            if last {
+                s.watches[k] = None;
+                if let Some(e) = s.ended.iter_mut().find(|e| e.is_none()) {
+                    *e = Some(w.id);
+                }
+            } else if let Some(x) = s.watches[k].as_mut() {
+                x.credit -= 1;
+                x.seen = writes;
+            }
+        });
+        if last {
+            d.access.unwatch(w.slot);
+        }
+        get(buf, w.id, d)
     }
 
     /// The answer side's codec (see [`Self::requests`]).
@@ -376,6 +661,8 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
         bump(&self.counters.answered);
         let bytes = match job {
             Job::Busy(id) => return respond(buf, *id, Err(RequestError::Busy)),
+            Job::Update(k) => return self.update(buf, usize::from(*k)),
+            Job::Ended(id) => return respond(buf, *id, Ok(BodyRef::Ended)),
             Job::Request(bytes) => bytes,
         };
         let request = match postcard::from_bytes::<Request<'_>>(bytes) {
@@ -389,6 +676,7 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
         };
         let id = request.id;
         let find = |name: &str| self.table.iter().find(|d| d.name == name);
+        let position = |name: &str| self.table.iter().position(|d| d.name == name);
         match request.op {
             Op::List { from } => self.list(buf, id, from),
             Op::Stats { from } => {
@@ -401,6 +689,11 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
                             total: self.table.len() as u16,
                             from: from as u16,
                             entries: proto::StatsRef(&self.table[from..end]),
+                            connectors: proto::ConnectorsRef(if from == 0 {
+                                self.connectors
+                            } else {
+                                &[]
+                            }),
                         }),
                     }
                 })
@@ -424,6 +717,14 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
                 };
                 respond(buf, id, r)
             }
+            Op::Watch { record, credit } => match position(record) {
+                Some(i) => self.watch(buf, id, i, credit),
+                None => respond(buf, id, Err(RequestError::UnknownRecord)),
+            },
+            Op::Unwatch { record } => match position(record) {
+                Some(i) => self.unwatch(buf, id, i),
+                None => respond(buf, id, Err(RequestError::UnknownRecord)),
+            },
         }
     }
 
@@ -563,26 +864,52 @@ impl<M: RawMutex, const N: usize> Source for Requests<'_, M, N> {
 
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<Job<N>, RecvError>> {
         let mut old = None;
-        let job = self.0.slot.lock(|s| {
+        let r = self.0;
+        let (job, watches, next) = r.slot.lock(|s| {
             let mut s = s.borrow_mut();
             if let Some(id) = s.busy.take() {
-                return Some(Job::Busy(id));
+                return (Some(Job::Busy(id)), [None; WATCHES], 0);
             }
             if s.pending {
                 s.pending = false;
-                return Some(Job::Request(core::mem::take(&mut s.request)));
+                return (
+                    Some(Job::Request(core::mem::take(&mut s.request))),
+                    [None; WATCHES],
+                    0,
+                );
+            }
+            if let Some(id) = s.ended.iter_mut().find_map(Option::take) {
+                return (Some(Job::Ended(id)), [None; WATCHES], 0);
             }
             match &s.waker {
                 Some(w) if w.will_wake(cx.waker()) => {}
                 _ => old = s.waker.replace(cx.waker().clone()),
             }
-            None
+            (None, s.watches, s.next)
         });
         drop(old);
-        match job {
-            Some(j) => Poll::Ready(Ok(j)),
-            None => Poll::Pending,
+        if let Some(j) = job {
+            return Poll::Ready(Ok(j));
         }
+        // Requests first; then the first changed watch from `next` round.
+        // Each look registers the waker with the record, so a write after
+        // it wakes this route.
+        for n in 0..WATCHES {
+            let k = (usize::from(next) + n) % WATCHES;
+            let Some(w) = watches[k] else { continue };
+            let d = &r.table[usize::from(w.index)];
+            if d.access.poll_changed(w.slot, w.seen, cx.waker()).is_some() {
+                r.slot
+                    .lock(|s| s.borrow_mut().next = ((k + 1) % WATCHES) as u8);
+                return Poll::Ready(Ok(Job::Update(k as u8)));
+            }
+        }
+        Poll::Pending
+    }
+
+    /// The transport reconnected: the watches were the old link's.
+    fn replay(&mut self) {
+        self.0.end_watches();
     }
 
     /// Answers are a stream: not retained, not replayed.

@@ -58,10 +58,31 @@ pub enum Op<'a> {
         /// The value, postcard-encoded.
         value: &'a [u8],
     },
-    /// Writes and replaced-writes counters, a page from index `from`.
+    /// Writes and replaced-writes counters, a page from index `from`
+    /// (the first page also carries the connectors' counters).
     Stats {
         /// First index.
         from: u16,
+    },
+    /// Starts watching a record, or grants an existing watch more credit:
+    /// answered at once with the current value (a [`BodyRef::Value`] with
+    /// this request's id), then with a `Value` under the same id after
+    /// writes, at most `credit` of them; then [`BodyRef::Ended`]. A watch
+    /// samples: each update is the newest value, and its `writes` says how
+    /// many writes it covers. Watches end with the link (the answer route
+    /// is replayed or made anew), and a client renews credit before it
+    /// runs out, so a client that vanished costs at most `credit` answers.
+    Watch {
+        /// Record name.
+        record: &'a str,
+        /// Updates allowed from now (0: stop, as [`Op::Unwatch`]).
+        credit: u32,
+    },
+    /// Stops watching a record: answered [`BodyRef::Ended`] under the
+    /// watch's id (and this request's id if no watch was running).
+    Unwatch {
+        /// Record name.
+        record: &'a str,
     },
 }
 
@@ -77,8 +98,11 @@ pub enum RequestError {
     Malformed,
     /// The answer does not fit the answer buffer.
     TooLarge,
-    /// A request was pending already; ask again.
+    /// A request was pending already, or every watch is taken; ask again.
     Busy,
+    /// The record has no free reader slot for a watch (give it one more
+    /// reader, `R`, to make it watchable).
+    NotWatchable,
 }
 
 impl core::fmt::Display for RequestError {
@@ -88,7 +112,8 @@ impl core::fmt::Display for RequestError {
             Self::NotWritable => "record is read-only",
             Self::Malformed => "malformed request or value",
             Self::TooLarge => "answer too large for the node's buffer",
-            Self::Busy => "node busy with another request",
+            Self::Busy => "node busy with another request or watch",
+            Self::NotWatchable => "record has no free reader slot for a watch",
         })
     }
 }
@@ -135,6 +160,8 @@ pub enum BodyRef<'a> {
         from: u16,
         /// The page.
         entries: StatsRef<'a>,
+        /// The connectors (on the page from 0; empty on the others).
+        connectors: ConnectorsRef<'a>,
     },
     /// One description.
     Describe(InfoRef<'a>),
@@ -147,6 +174,8 @@ pub enum BodyRef<'a> {
     },
     /// A `set` was applied.
     Written,
+    /// A watch ended (credit used up, or unwatched).
+    Ended,
 }
 
 /// The start of a `Value` response with a value of `len` bytes: the bytes
@@ -206,6 +235,20 @@ impl Serialize for StatsRef<'_> {
     }
 }
 
+/// Connectors as listed: name, counters, link state.
+pub struct ConnectorsRef<'a>(pub(crate) &'a [super::Connector]);
+
+impl Serialize for ConnectorsRef<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for c in self.0 {
+            let link = c.link.and_then(|l| l.link_state());
+            seq.serialize_element(&(c.name, c.counters.link_counters(), link))?;
+        }
+        seq.end()
+    }
+}
+
 /// One whole description.
 pub struct InfoRef<'a>(pub(crate) &'a Description);
 
@@ -237,6 +280,8 @@ mod owned {
     use serde::{Deserialize, Serialize};
 
     use super::{Codec, Kind};
+    use crate::link::LinkState;
+    use crate::remote::LinkCounters;
 
     /// A response body as a host decodes it (same wire as
     /// [`BodyRef`](super::BodyRef)).
@@ -259,6 +304,8 @@ mod owned {
             from: u16,
             /// The page: name, writes, replaced writes.
             entries: Vec<(String, u64, u64)>,
+            /// The connectors (on the page from 0).
+            connectors: Vec<ConnectorStats>,
         },
         /// One description.
         Describe(Info),
@@ -271,6 +318,19 @@ mod owned {
         },
         /// A `set` was applied.
         Written,
+        /// A watch ended.
+        Ended,
+    }
+
+    /// One connector's counters and link state, as `stats` reports them.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ConnectorStats {
+        /// The name the node gave it.
+        pub name: String,
+        /// Its counters.
+        pub counters: LinkCounters,
+        /// Its link state, if the node reports one.
+        pub link: Option<LinkState>,
     }
 
     /// A listed record.

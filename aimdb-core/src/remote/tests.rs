@@ -28,7 +28,8 @@ const RSP: &str = "aimdb/rsp";
 /// is linked into. Each test has its own statics (tests run in parallel).
 macro_rules! node {
     ($readings:ident, $led:ident, $cmd:ident, $responder:ident, $ready:ident) => {
-        static $readings: Record<Cs, Ring<Reading, 4>, 1> = Record::new("readings");
+        // One reader for a route, one for a watch.
+        static $readings: Record<Cs, Ring<Reading, 4>, 2> = Record::new("readings");
         static $led: Record<Cs, Latest<bool>, 1> = Record::new("led");
         static $cmd: Record<Cs, Mailbox<u8>, 1> = Record::new("cmd");
         static TABLE: [Description; 3] = [
@@ -300,4 +301,312 @@ fn a_page_shrinks_to_the_answer_buffer_and_too_large_is_typed() {
         &request(2, Op::Describe { record: "readings" }),
     );
     assert_eq!(r.result, Err(RequestError::TooLarge));
+}
+
+/// A waker that records that it was woken.
+struct Flag(std::sync::atomic::AtomicBool);
+
+impl std::task::Wake for Flag {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn flag() -> (std::sync::Arc<Flag>, std::task::Waker) {
+    let f = std::sync::Arc::new(Flag(std::sync::atomic::AtomicBool::new(false)));
+    (f.clone(), std::task::Waker::from(f))
+}
+
+fn decode(m: &(String, Vec<u8>)) -> Response<Body> {
+    assert_eq!(m.0, RSP);
+    postcard::from_bytes(&m.1).unwrap()
+}
+
+fn value_of(r: &Response<Body>) -> (u64, Option<Reading>) {
+    match &r.result {
+        Ok(Body::Value { writes, value }) => (
+            *writes,
+            value.as_ref().map(|v| postcard::from_bytes(v).unwrap()),
+        ),
+        other => panic!("not a value: {other:?}"),
+    }
+}
+
+#[test]
+fn a_watch_sends_the_value_then_each_write_until_its_credit_is_used() {
+    node!(READINGS, LED, CMD, RESPONDER, READY);
+    tables!(RESPONDER, READY, 256, dispatch, routes);
+    let reading = |seq| Reading { seq, millideg: -5 };
+
+    READINGS.write(reading(1));
+    let r = ask(
+        &mut dispatch,
+        &mut routes,
+        &request(
+            40,
+            Op::Watch {
+                record: "readings",
+                credit: 2,
+            },
+        ),
+    );
+    // At once: the current value, under the request's id.
+    assert_eq!(r.id, 40);
+    assert_eq!(value_of(&r), (1, Some(reading(1))));
+    assert_eq!(RESPONDER.watching(), 1);
+
+    // Nothing written: nothing to send, and the route waits for a write.
+    let (woken, waker) = flag();
+    let mut cx = Context::from_waker(&waker);
+    assert!(routes.poll_next(&mut cx).is_pending());
+    READINGS.write(reading(2));
+    assert!(
+        woken.0.load(std::sync::atomic::Ordering::SeqCst),
+        "a write wakes the watch"
+    );
+    let r = decode(&futures_lite_next(&mut routes));
+    assert_eq!((r.id, value_of(&r)), (40, (2, Some(reading(2)))));
+
+    // Two writes between pulls: one update, the newest, covering both.
+    READINGS.write(reading(3));
+    READINGS.write(reading(4));
+    let r = decode(&futures_lite_next(&mut routes));
+    assert_eq!((r.id, value_of(&r)), (40, (4, Some(reading(4)))));
+
+    // Credit 2 used: the watch ends, says so, and frees its reader slot.
+    let r = decode(&futures_lite_next(&mut routes));
+    assert_eq!((r.id, r.result), (40, Ok(Body::Ended)));
+    assert_eq!(RESPONDER.watching(), 0);
+    READINGS.write(reading(5));
+    assert!(routes
+        .poll_next(&mut Context::from_waker(std::task::Waker::noop()))
+        .is_pending());
+    let (_a, _b) = (READINGS.subscribe().unwrap(), READINGS.subscribe().unwrap());
+    assert_eq!(RESPONDER.stats().updates, 2);
+}
+
+#[test]
+fn a_watch_is_renewed_stopped_and_ended_by_a_new_link() {
+    node!(READINGS, LED, CMD, RESPONDER, READY);
+    tables!(RESPONDER, READY, 256, dispatch, routes);
+
+    let watch = |id, credit| {
+        request(
+            id,
+            Op::Watch {
+                record: "led",
+                credit,
+            },
+        )
+    };
+    assert_eq!(ask(&mut dispatch, &mut routes, &watch(1, 1)).id, 1);
+    // Renewed before its credit ran out: one watch, the new id.
+    assert_eq!(ask(&mut dispatch, &mut routes, &watch(2, 5)).id, 2);
+    assert_eq!(RESPONDER.watching(), 1);
+    LED.write(true);
+    LED.write(false);
+    let r = decode(&futures_lite_next(&mut routes));
+    assert_eq!(r.id, 2);
+    assert!(
+        matches!(r.result, Ok(Body::Value { writes: 2, .. })),
+        "{r:?}"
+    );
+
+    // Unwatch from another request: both ids hear the end.
+    let r = ask(
+        &mut dispatch,
+        &mut routes,
+        &request(3, Op::Unwatch { record: "led" }),
+    );
+    assert_eq!((r.id, r.result), (3, Ok(Body::Ended)));
+    let r = decode(&futures_lite_next(&mut routes));
+    assert_eq!((r.id, r.result), (2, Ok(Body::Ended)));
+    assert_eq!(RESPONDER.watching(), 0);
+
+    // A reconnect (the routes replayed) ends watches without a word.
+    ask(&mut dispatch, &mut routes, &watch(4, 5));
+    assert_eq!(RESPONDER.watching(), 1);
+    routes.replay_latest();
+    assert_eq!(RESPONDER.watching(), 0);
+    LED.write(true);
+    assert!(routes
+        .poll_next(&mut Context::from_waker(std::task::Waker::noop()))
+        .is_pending());
+    // Its slot is free again.
+    let _reader = LED.subscribe().unwrap();
+}
+
+#[test]
+fn a_watch_leaves_commands_to_their_consumer_and_needs_a_free_slot() {
+    node!(READINGS, LED, CMD, RESPONDER, READY);
+    tables!(RESPONDER, READY, 256, dispatch, routes);
+
+    // The command record's one slot is the consumer's: not watchable.
+    let consumer = CMD.subscribe().unwrap();
+    let r = ask(
+        &mut dispatch,
+        &mut routes,
+        &request(
+            1,
+            Op::Watch {
+                record: "cmd",
+                credit: 5,
+            },
+        ),
+    );
+    assert_eq!(r.result, Err(RequestError::NotWatchable));
+    drop(consumer);
+
+    // With the slot free the watch runs; a command written is shown and
+    // still taken by the consumer that comes for it.
+    let r = ask(
+        &mut dispatch,
+        &mut routes,
+        &request(
+            2,
+            Op::Watch {
+                record: "cmd",
+                credit: 5,
+            },
+        ),
+    );
+    assert!(r.result.is_ok(), "{r:?}");
+    CMD.write(9);
+    let r = decode(&futures_lite_next(&mut routes));
+    let Ok(Body::Value { value: Some(v), .. }) = r.result else {
+        panic!("{r:?}")
+    };
+    assert_eq!(postcard::from_bytes::<u8>(&v).unwrap(), 9);
+    assert_eq!(CMD.with_newest(|v| v.copied()), Some(9), "not taken");
+    let r = ask(
+        &mut dispatch,
+        &mut routes,
+        &request(
+            3,
+            Op::Watch {
+                record: "nope",
+                credit: 5,
+            },
+        ),
+    );
+    assert_eq!(r.result, Err(RequestError::UnknownRecord));
+}
+
+struct FakeCounters;
+
+impl Counted for FakeCounters {
+    fn link_counters(&self) -> LinkCounters {
+        LinkCounters {
+            sent: 7,
+            received: 5,
+            rejected: 1,
+            dropped: 0,
+            lagged: 3,
+            reconnects: 2,
+        }
+    }
+}
+
+#[test]
+fn stats_report_records_and_connectors_with_their_link_state() {
+    static LED: Record<Cs, Latest<bool>, 1> = Record::new("led");
+    static LINK: Record<Cs, Latest<crate::link::LinkState>, 1> = Record::new("link");
+    static COUNTERS: FakeCounters = FakeCounters;
+    static TABLE: [Description; 1] = [Description::of(&LED).writable()];
+    static CONNECTORS: [Connector; 2] = [
+        Connector::new("mqtt", &COUNTERS).link(&LINK),
+        Connector::new("uart", &COUNTERS),
+    ];
+    static RESPONDER: Responder<Cs, 64> = Responder::new(&TABLE).with_connectors(&CONNECTORS);
+    static READY: Readiness<1> = Readiness::new();
+    tables!(RESPONDER, READY, 256, dispatch, routes);
+
+    LINK.write(crate::link::LinkState::online(4));
+    LED.write(true);
+    let r = ask(
+        &mut dispatch,
+        &mut routes,
+        &request(1, Op::Stats { from: 0 }),
+    );
+    let Ok(Body::Stats {
+        entries,
+        connectors,
+        ..
+    }) = r.result
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(entries, [("led".into(), 1, 0)]);
+    assert_eq!(connectors.len(), 2);
+    assert_eq!(connectors[0].name, "mqtt");
+    assert_eq!(connectors[0].counters, FakeCounters.link_counters());
+    assert_eq!(connectors[0].link, Some(crate::link::LinkState::online(4)));
+    assert_eq!(connectors[1].link, None);
+    // Later pages carry records only.
+    let r = ask(
+        &mut dispatch,
+        &mut routes,
+        &request(2, Op::Stats { from: 1 }),
+    );
+    assert!(
+        matches!(&r.result, Ok(Body::Stats { connectors, .. }) if connectors.is_empty()),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn the_manifest_is_json_sent_once_per_link_and_retained() {
+    node!(READINGS, LED, CMD, RESPONDER, READY);
+    let mut manifest =
+        outbound::Link::new(RESPONDER.manifest(), "dev/aimdb/manifest", ManifestJson);
+    let mut payload = [0u8; 512];
+    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload);
+    b.link(&mut manifest);
+    let mut routes = b.build().unwrap();
+    let noop = std::task::Waker::noop();
+    let mut cx = Context::from_waker(noop);
+
+    let Poll::Ready(m) = routes.poll_next(&mut cx) else {
+        panic!("the manifest goes out at start")
+    };
+    assert_eq!(m.topic, "dev/aimdb/manifest");
+    assert!(m.retain, "a plain subscriber sees it later");
+    let v: serde_json::Value = serde_json::from_slice(m.payload).unwrap();
+    let records = v["records"].as_array().unwrap();
+    let names: Vec<_> = records
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["readings", "led", "cmd"]);
+    assert_eq!(records[0]["kind"], "ring");
+    assert_eq!(records[0]["type"], "Reading");
+    assert_eq!(records[0]["topics"], serde_json::json!(["dev/readings"]));
+    let hash: String = schema_hash::<Reading>()
+        .iter()
+        .map(|b| std::format!("{b:02x}"))
+        .collect();
+    assert_eq!(records[0]["schema_hash"], hash.as_str());
+    assert_eq!(records[1]["writable"], true);
+    assert!(records[0].get("writable").is_none());
+
+    // Once per link: nothing more until the transport reconnects.
+    assert!(routes.poll_next(&mut cx).is_pending());
+    routes.replay_latest();
+    assert!(routes.poll_next(&mut cx).is_ready());
+}
+
+#[test]
+fn manifest_strings_are_escaped_json() {
+    static ODD: Record<Cs, Latest<bool>, 1> = Record::new("a\"b\\c\u{1}");
+    static TABLE: [Description; 1] = [Description::of(&ODD).topics(&["t/\"q\""])];
+    let mut buf = [0u8; 256];
+    let n = ManifestJson.encode(&Manifest(&TABLE), &mut buf).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&buf[..n]).unwrap();
+    assert_eq!(v["records"][0]["name"], "a\"b\\c\u{1}");
+    assert_eq!(v["records"][0]["topics"][0], "t/\"q\"");
+    // Too small a buffer is an error, never a cut manifest.
+    assert_eq!(
+        ManifestJson.encode(&Manifest(&TABLE), &mut buf[..n - 1]),
+        Err(EncodeError::BufferTooSmall)
+    );
 }
