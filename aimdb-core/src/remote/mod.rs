@@ -49,6 +49,26 @@
 //! - Writes go only to records described [`writable`](Description::writable);
 //!   any other is refused with [`RequestError::NotWritable`] and nothing changes.
 //!
+//! - A **watch** ([`Op::Watch`]) streams a record's values as they are
+//!   written: the current value at once, then the newest value after
+//!   writes (each answer's `writes` says how many writes it covers), at
+//!   most `credit` answers, then [`proto::BodyRef::Ended`]. It holds one
+//!   reader slot of the record (give a watchable record one more reader,
+//!   `R`; a record without a free slot answers
+//!   [`RequestError::NotWatchable`]); the slot never takes a value, so a
+//!   `Mailbox` command stays for its consumer. At most [`WATCHES`]
+//!   records are watched at once. A watch ends with its credit, with
+//!   [`Op::Unwatch`], and with the link: when the connector reconnects
+//!   (the answer route is replayed) or a new answer route is made. The
+//!   credit is the lease a client renews: one that vanished (a tool
+//!   killed on the far side of a broker) costs at most its credit.
+//! - `stats` reports each record's writes and replaced writes, and the
+//!   connectors handed to [`Responder::with_connectors`]: their counters
+//!   ([`LinkCounters`]) and link state.
+//! - On MQTT, [`Responder::manifest`] publishes a retained JSON manifest
+//!   ([`ManifestJson`]) of the records, so a plain MQTT client sees what
+//!   the node has without speaking this protocol.
+//!
 //! The wire format is postcard: [`Request`] in, [`Response`] out, each
 //! with the client's correlation id. Hosts decode responses with
 //! [`proto`]'s owned types (feature `alloc`).
@@ -196,7 +216,11 @@ where
 
 /// A connector's counters as `stats` reports them (the common subset of
 /// the connectors' own, richer counters).
+///
+/// On the wire an array of six varints, in field order (one loop on a
+/// Cortex-M rather than six inlined encodings).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(into = "[u32; 6]", from = "[u32; 6]")]
 pub struct LinkCounters {
     /// Messages sent.
     pub sent: u32,
@@ -210,6 +234,32 @@ pub struct LinkCounters {
     pub lagged: u32,
     /// Successful connections after the first.
     pub reconnects: u32,
+}
+
+impl From<LinkCounters> for [u32; 6] {
+    fn from(c: LinkCounters) -> Self {
+        [
+            c.sent,
+            c.received,
+            c.rejected,
+            c.dropped,
+            c.lagged,
+            c.reconnects,
+        ]
+    }
+}
+
+impl From<[u32; 6]> for LinkCounters {
+    fn from([sent, received, rejected, dropped, lagged, reconnects]: [u32; 6]) -> Self {
+        Self {
+            sent,
+            received,
+            rejected,
+            dropped,
+            lagged,
+            reconnects,
+        }
+    }
 }
 
 /// A connector's counters, readable from another task: implemented by
@@ -362,8 +412,8 @@ pub const fn schema_hash<T: Schema + ?Sized>() -> [u8; 8] {
     postcard_schema::key::hash::fnv1a64::hash_ty_path::<T>("")
 }
 
-/// Live counters of one [`Responder`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Live counters of one [`Responder`] (also in every `stats` answer).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct ResponderStats {
     /// Requests taken into the slot.
@@ -694,6 +744,7 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
                             } else {
                                 &[]
                             }),
+                            responder: self.stats(),
                         }),
                     }
                 })

@@ -162,6 +162,8 @@ pub enum BodyRef<'a> {
         entries: StatsRef<'a>,
         /// The connectors (on the page from 0; empty on the others).
         connectors: ConnectorsRef<'a>,
+        /// The responder's own counters.
+        responder: super::ResponderStats,
     },
     /// One description.
     Describe(InfoRef<'a>),
@@ -306,6 +308,8 @@ mod owned {
             entries: Vec<(String, u64, u64)>,
             /// The connectors (on the page from 0).
             connectors: Vec<ConnectorStats>,
+            /// The responder's own counters.
+            responder: crate::remote::ResponderStats,
         },
         /// One description.
         Describe(Info),

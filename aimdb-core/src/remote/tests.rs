@@ -523,6 +523,8 @@ fn stats_report_records_and_connectors_with_their_link_state() {
 
     LINK.write(crate::link::LinkState::online(4));
     LED.write(true);
+    // A malformed request first: counted, and the count is in the stats.
+    ask(&mut dispatch, &mut routes, &[9, 0x7f]);
     let r = ask(
         &mut dispatch,
         &mut routes,
@@ -531,6 +533,7 @@ fn stats_report_records_and_connectors_with_their_link_state() {
     let Ok(Body::Stats {
         entries,
         connectors,
+        responder,
         ..
     }) = r.result
     else {
@@ -542,6 +545,7 @@ fn stats_report_records_and_connectors_with_their_link_state() {
     assert_eq!(connectors[0].counters, FakeCounters.link_counters());
     assert_eq!(connectors[0].link, Some(crate::link::LinkState::online(4)));
     assert_eq!(connectors[1].link, None);
+    assert_eq!((responder.requests, responder.malformed), (2, 1));
     // Later pages carry records only.
     let r = ask(
         &mut dispatch,

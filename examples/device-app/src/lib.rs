@@ -25,7 +25,7 @@ use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;
 use aimdb_core::link::LinkState;
-use aimdb_core::remote::{Description, Responder};
+use aimdb_core::remote::{Connector, Description, ManifestJson, Responder};
 use aimdb_core::outbound;
 use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Mailbox, Record, Ring};
@@ -38,10 +38,12 @@ use embedded_io_async::{Read, Write};
 /// Readings not yet sent; a burst longer than this is reported as lag.
 pub const READINGS_DEPTH: usize = 32;
 
-/// Sensor readings, oldest first.
-pub static READINGS: Record<Cs, Ring<Reading, READINGS_DEPTH>, 1> = Record::new("readings");
-/// The device's state after the last command.
-pub static STATUS: Record<Cs, Latest<Status>, 1> = Record::new("status");
+/// Sensor readings, oldest first. Two readers: the connector's route and
+/// a remote watch.
+pub static READINGS: Record<Cs, Ring<Reading, READINGS_DEPTH>, 2> = Record::new("readings");
+/// The device's state after the last command (two readers, as
+/// [`READINGS`]).
+pub static STATUS: Record<Cs, Latest<Status>, 2> = Record::new("status");
 /// Commands from the host: the latest wins, taken once.
 pub static CMD: Record<Cs, Mailbox<Command>, 1> = Record::new("cmd");
 static CMD_IN: inbound::Link<'static, Record<Cs, Mailbox<Command>, 1>, Postcard, Command> =
@@ -64,8 +66,8 @@ pub static MQTT: mqtt::Counters = mqtt::Counters::new();
 /// The MQTT connector's link state (a task may await it).
 pub static MQTT_LINK: Record<Cs, Latest<LinkState>, 1> = Record::new("mqtt-link");
 /// [`MQTT`]'s counters as a record, published on `dev/link` when they
-/// change ([`link_stats`]).
-pub static LINK_STATS: Record<Cs, Latest<LinkStats>, 1> = Record::new("link");
+/// change ([`link_stats`]); two readers, as [`READINGS`].
+pub static LINK_STATS: Record<Cs, Latest<LinkStats>, 2> = Record::new("link");
 static MQTT_READY: Readiness<1> = Readiness::new();
 
 /// What the device lets a remote client see (`aimdb ls`): every record,
@@ -78,14 +80,23 @@ pub static DESCRIPTIONS: [Description; 6] = [
     Description::of(&LINK_STATE),
     Description::of(&MQTT_LINK),
 ];
+/// The connectors `aimdb stats` reports, with their link state.
+static CONNECTORS: [Connector; 2] = [
+    Connector::new("framed", &LINK).link(&LINK_STATE),
+    Connector::new("mqtt", &MQTT).link(&MQTT_LINK),
+];
 /// Answers remote-access requests (one at a time, up to 64 bytes each)
 /// on whichever connector runs.
-pub static REMOTE: Responder<Cs, REMOTE_REQ_MAX> = Responder::new(&DESCRIPTIONS);
+pub static REMOTE: Responder<Cs, REMOTE_REQ_MAX> =
+    Responder::new(&DESCRIPTIONS).with_connectors(&CONNECTORS);
 /// The largest remote-access request taken.
 const REMOTE_REQ_MAX: usize = 64;
 /// The answer buffer: the largest answer is a description with its
 /// schema (about 150 bytes for `LinkStats`); list pages shrink to fit.
 const ANSWER_MAX: usize = 192;
+/// The MQTT routes' payload buffer: the manifest ([`ManifestJson`] of
+/// [`DESCRIPTIONS`], 659 bytes) is the largest payload.
+const MQTT_PAYLOAD_MAX: usize = 704;
 
 /// Reading interval in milliseconds (changed by `SetInterval`).
 static INTERVAL_MS: AtomicU32 = AtomicU32::new(100);
@@ -215,15 +226,22 @@ pub async fn mqtt_connector<C: aimdb_connectors::Connect>(
     let mut link = outbound::Link::new(link, topics::LINK, Postcard).qos(QoS::AtMostOnce);
     let mut answers =
         outbound::Link::new(REMOTE.requests(), topics::MQTT_REMOTE_RSP, REMOTE.answers());
+    // The manifest: retained, re-published at each connection, so QoS 0
+    // (it holds no TX buffer space awaiting an acknowledgement).
+    let mut manifest =
+        outbound::Link::new(REMOTE.manifest(), topics::MQTT_MANIFEST, ManifestJson)
+            .qos(QoS::AtMostOnce);
     // The largest record payload is a LinkStats (seven `u32`s, at most 35
-    // bytes of postcard); a remote answer is up to ANSWER_MAX.
-    let mut payload = [0u8; ANSWER_MAX];
+    // bytes of postcard); a remote answer is up to ANSWER_MAX, the
+    // manifest MQTT_PAYLOAD_MAX.
+    let mut payload = [0u8; MQTT_PAYLOAD_MAX];
     let routes = {
-        let mut b = Routes::<_, 1, 4>::builder(&MQTT_READY, &mut payload);
+        let mut b = Routes::<_, 1, 5>::builder(&MQTT_READY, &mut payload);
         b.link(&mut readings)
             .link(&mut status)
             .link(&mut link)
-            .link(&mut answers);
+            .link(&mut answers)
+            .link(&mut manifest);
         b.build()
     };
     let dispatch = {

@@ -85,4 +85,7 @@ pub mod topics {
     pub const MQTT_REMOTE_REQ: &str = "dev/aimdb/req";
     /// Remote-access answers from the MQTT device.
     pub const MQTT_REMOTE_RSP: &str = "dev/aimdb/rsp";
+    /// The MQTT device's manifest (JSON, retained): its records with
+    /// kinds, types, topics and schema hashes.
+    pub const MQTT_MANIFEST: &str = "dev/aimdb/manifest";
 }
