@@ -25,7 +25,10 @@
 //! 6. the `aimdb` tool (nothing of the device's types): `nodes` lists the
 //!    device online, then offline after the kill; `ls` lists its records;
 //!    `set cmd` is applied (the status comes back on MQTT); `set` on the
-//!    read-only status exits 5 and changes nothing.
+//!    read-only status exits 5 and changes nothing; the retained manifest
+//!    is read by a plain `mosquitto_sub`; a malformed request is answered
+//!    `Malformed` and counted (`stats`); `watch` decodes readings with
+//!    their rate; `stats` shows the MQTT connector online.
 //!
 //! Payloads are postcard, the device link's encoding (`device_protocol`),
 //! but presence, which is JSON;
@@ -296,6 +299,155 @@ async fn aimdb(port: u16, args: &[&str]) -> Result<(i32, String), String> {
     Ok((out.status.code().unwrap_or(-1), stdout))
 }
 
+/// One message on `topic` as hex, read with `mosquitto_sub` (retained
+/// only if `retained`) within [`WAIT`]. `poke` runs at once and every
+/// half second until the message came: mosquitto_sub cannot say when it
+/// has subscribed, so a request is repeated rather than timed.
+async fn one_message<F, Fut>(
+    port: u16,
+    topic: &str,
+    retained: bool,
+    poke: F,
+) -> Result<Vec<u8>, String>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let mut cmd = Process::new("mosquitto_sub");
+    cmd.args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-t", topic, "-C", "1", "-W", &WAIT.as_secs().to_string()])
+        .args(["-F", "%x"]);
+    if retained {
+        cmd.arg("--retained-only");
+    }
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("mosquitto_sub: {e}"))?;
+    let out = child.wait_with_output();
+    tokio::pin!(out);
+    let deadline = tokio::time::Instant::now() + WAIT + Duration::from_secs(1);
+    let out = loop {
+        poke().await?;
+        tokio::select! {
+            o = &mut out => break o.map_err(|e| format!("mosquitto_sub: {e}"))?,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("mosquitto_sub on {topic} did not finish"));
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    hex(text.trim()).ok_or_else(|| format!("nothing on {topic}: {text:?}"))
+}
+
+/// The remote-access checks beyond `ls` and `set`: the retained manifest
+/// as a plain MQTT client sees it, a malformed request answered and
+/// counted, `watch` decoding readings with their rate, and `stats` with
+/// the connector's link state.
+async fn looking_inside(port: u16) -> Result<(), String> {
+    use aimdb_core::remote::proto::{Body, Response};
+    use aimdb_core::remote::RequestError;
+
+    // The manifest, retained: no aimdb code needed to read it.
+    let manifest = one_message(port, topics::MQTT_MANIFEST, true, || async { Ok(()) }).await?;
+    let m: serde_json::Value = serde_json::from_slice(&manifest).map_err(|e| {
+        format!(
+            "manifest is not JSON ({e}): {:?}",
+            String::from_utf8_lossy(&manifest)
+        )
+    })?;
+    let records = m["records"].as_array().cloned().unwrap_or_default();
+    let find = |n: &str| records.iter().find(|r| r["name"] == n).cloned();
+    let readings = find("readings").ok_or("manifest without readings")?;
+    let cmd = find("cmd").ok_or("manifest without cmd")?;
+    if readings["kind"] != "ring"
+        || readings["topics"] != serde_json::json!([topics::READINGS])
+        || readings["schema_hash"].as_str().map(str::len) != Some(16)
+        || cmd["writable"] != true
+        || records.len() != 6
+    {
+        return Err(format!("manifest: {m}"));
+    }
+    println!(
+        "e2e: manifest retained on {} ({} bytes, {} records)",
+        topics::MQTT_MANIFEST,
+        manifest.len(),
+        records.len()
+    );
+
+    // A malformed request (id 77, an op no version has): answered with a
+    // typed error under its id, and counted.
+    let answer = one_message(port, topics::MQTT_REMOTE_RSP, false, || {
+        publish_on(port, topics::MQTT_REMOTE_REQ, &[77, 0x7f])
+    })
+    .await?;
+    let r: Response<Body> = postcard::from_bytes(&answer).map_err(|e| e.to_string())?;
+    if (r.id, &r.result) != (77, &Err(RequestError::Malformed)) {
+        return Err(format!("malformed request answered {r:?}"));
+    }
+    let (code, out) = aimdb(port, &["--node", "dev", "stats", "--json"]).await?;
+    let stats: serde_json::Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+    let malformed = stats["responder"]["malformed"].as_u64().unwrap_or(0);
+    let mqtt = stats["connectors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == "mqtt")
+        .cloned()
+        .unwrap_or_default();
+    if code != 0 || malformed < 1 || mqtt["link"]["status"] != "online" {
+        return Err(format!("aimdb stats exited {code}: {stats}"));
+    }
+    println!(
+        "e2e: a malformed request answered Malformed and counted ({malformed}); mqtt link online"
+    );
+
+    // watch: readings decoded from the schema, with their rate.
+    let (code, out) = aimdb(
+        port,
+        &[
+            "--node",
+            "dev",
+            "--json",
+            "watch",
+            "readings",
+            "status",
+            "--seconds",
+            "2",
+        ],
+    )
+    .await?;
+    let samples: Vec<serde_json::Value> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let last = samples.last().cloned().unwrap_or_default();
+    let r = &last["records"]["readings"];
+    let first_seq = samples
+        .first()
+        .and_then(|s| s["records"]["readings"]["value"]["seq"].as_u64());
+    let last_seq = r["value"]["seq"].as_u64();
+    if code != 0
+        || samples.len() < 2
+        || r["rate"].as_f64().is_none_or(|x| x <= 0.0)
+        || r["value"]["centi_celsius"].as_i64().is_none()
+        || last_seq <= first_seq
+        || last["records"]["status"]["value"]["led"]
+            .as_bool()
+            .is_none()
+    {
+        return Err(format!("aimdb watch exited {code}: {out}"));
+    }
+    println!(
+        "e2e: aimdb watch: readings at {} /s, seq {first_seq:?} -> {last_seq:?}",
+        r["rate"]
+    );
+    Ok(())
+}
+
 /// The device's status in `aimdb nodes --json`.
 async fn node_status(port: u16) -> Result<String, String> {
     let (code, out) = aimdb(port, &["nodes", "--json"]).await?;
@@ -492,6 +644,7 @@ async fn run(args: &Args) -> Result<String, String> {
     println!(
         "e2e: aimdb: device online, records listed, cmd set and applied, read-only status refused"
     );
+    looking_inside(port).await?;
 
     // 3. Malformed payloads: counted, nothing changes.
     let status_before = obs.seen.status();
