@@ -6,6 +6,7 @@
 //!          framed link state ──► DEVICE_LINK_STATE (Latest) ──► Routes ──► MQTT {prefix}/presence
 //!  device ═════ aimdb/rsp ═══► REMOTE_RSP (Ring) ──► MQTT {prefix}/aimdb/rsp   (remote access,
 //!  device ◄════ aimdb/req ════ REMOTE_REQ (Ring) ◄── MQTT {prefix}/aimdb/req    passed through)
+//!          its table, read at each birth ──► MANIFEST (Latest) ──► MQTT {prefix}/aimdb/manifest
 //!                                              gateway's own birth and will: {prefix}/gateway/presence
 //! ```
 //!
@@ -44,7 +45,9 @@ pub static COMMAND: Record<HostRawMutex, Mailbox<Command>, 1> = Record::new("com
 /// passed through unread: the device's responder answers them.
 pub static REMOTE_REQ: Record<HostRawMutex, Ring<Raw, 4>, 1> = Record::new("remote-req");
 /// See [`REMOTE_REQ`].
-pub static REMOTE_RSP: Record<HostRawMutex, Ring<Raw, 4>, 1> = Record::new("remote-rsp");
+/// Two readers: the MQTT route and the manifest relay
+/// ([`crate::manifest`]).
+pub static REMOTE_RSP: Record<HostRawMutex, Ring<Raw, 4>, 2> = Record::new("remote-rsp");
 static DEVICE_READY: Readiness<1> = Readiness::new();
 static MQTT_READY: Readiness<1> = Readiness::new();
 
@@ -53,7 +56,8 @@ pub static DEVICE_LINK: framed::Counters = framed::Counters::new();
 /// The device link's state, written by the device-side framed connector
 /// (heartbeat on): `connecting`, `online` with the device's own birth
 /// sequence once the device is heard, `offline` with the cause.
-pub static DEVICE_LINK_STATE: Record<HostRawMutex, Latest<LinkState>, 1> =
+/// Two readers: the presence route and the manifest relay.
+pub static DEVICE_LINK_STATE: Record<HostRawMutex, Latest<LinkState>, 2> =
     Record::new("device-link");
 /// MQTT connector counters.
 pub static MQTT: Counters = Counters::new();
@@ -101,10 +105,15 @@ pub type Raw = heapless::Vec<u8, 256>;
 pub struct Readers {
     command: Reader<'static, HostRawMutex, Mailbox<Command>, 1>,
     remote_req: Reader<'static, HostRawMutex, Ring<Raw, 4>, 1>,
-    remote_rsp: Reader<'static, HostRawMutex, Ring<Raw, 4>, 1>,
+    remote_rsp: Reader<'static, HostRawMutex, Ring<Raw, 4>, 2>,
     readings: Reader<'static, HostRawMutex, Ring<Reading, READINGS_DEPTH>, 1>,
     status: Reader<'static, HostRawMutex, Latest<Status>, 1>,
-    presence: Reader<'static, HostRawMutex, Latest<LinkState>, 1>,
+    presence: Reader<'static, HostRawMutex, Latest<LinkState>, 2>,
+    manifest: Reader<'static, HostRawMutex, Latest<crate::manifest::Text>, 1>,
+    relay: (
+        Reader<'static, HostRawMutex, Latest<LinkState>, 2>,
+        Reader<'static, HostRawMutex, Ring<Raw, 4>, 2>,
+    ),
 }
 
 impl Readers {
@@ -117,14 +126,29 @@ impl Readers {
             readings: READINGS.subscribe().expect("readings reader"),
             status: STATUS.subscribe().expect("status reader"),
             presence: DEVICE_LINK_STATE.subscribe().expect("device link reader"),
+            manifest: crate::manifest::MANIFEST
+                .subscribe()
+                .expect("manifest reader"),
+            relay: (
+                DEVICE_LINK_STATE.subscribe().expect("relay's link reader"),
+                REMOTE_RSP.subscribe().expect("relay's answer reader"),
+            ),
         }
     }
 
-    /// The device side's reader, and the rest for the MQTT side.
-    pub fn split(self) -> (DeviceReaders, MqttReaders) {
+    /// The device side's readers, the MQTT side's, and the manifest
+    /// relay's ([`crate::manifest::relay`]: link state, answers).
+    pub fn split(self) -> (DeviceReaders, MqttReaders, RelayReaders) {
         (
             DeviceReaders(self.command, self.remote_req),
-            MqttReaders(self.readings, self.status, self.presence, self.remote_rsp),
+            MqttReaders(
+                self.readings,
+                self.status,
+                self.presence,
+                self.remote_rsp,
+                self.manifest,
+            ),
+            self.relay,
         )
     }
 }
@@ -138,8 +162,15 @@ pub struct DeviceReaders(
 pub struct MqttReaders(
     Reader<'static, HostRawMutex, Ring<Reading, READINGS_DEPTH>, 1>,
     Reader<'static, HostRawMutex, Latest<Status>, 1>,
-    Reader<'static, HostRawMutex, Latest<LinkState>, 1>,
-    Reader<'static, HostRawMutex, Ring<Raw, 4>, 1>,
+    Reader<'static, HostRawMutex, Latest<LinkState>, 2>,
+    Reader<'static, HostRawMutex, Ring<Raw, 4>, 2>,
+    Reader<'static, HostRawMutex, Latest<crate::manifest::Text>, 1>,
+);
+/// What the manifest relay reads: the device link's state and the
+/// device's remote-access answers.
+pub type RelayReaders = (
+    Reader<'static, HostRawMutex, Latest<LinkState>, 2>,
+    Reader<'static, HostRawMutex, Ring<Raw, 4>, 2>,
 );
 
 /// The device side: framed-stream connector over TCP; reconnects for ever.
@@ -244,7 +275,8 @@ pub async fn mqtt(
     let status_topic = leak(format!("{}/status", broker.prefix));
     let presence_topic = leak(format!("{}/presence", broker.prefix));
     let rsp_topic = leak(format!("{}/aimdb/rsp", broker.prefix));
-    let MqttReaders(readings, status, presence, remote_rsp) = readers;
+    let manifest_topic = leak(format!("{}/aimdb/manifest", broker.prefix));
+    let MqttReaders(readings, status, presence, remote_rsp, manifest) = readers;
     // At least once (a `Ring`'s default, said here because it matters): a
     // reading survives a broker hiccup.
     let mut readings = outbound::Link::new(readings, readings_topic, Json).qos(QoS::AtLeastOnce);
@@ -255,12 +287,15 @@ pub async fn mqtt(
     // Remote-access answers from the device, unread, to MQTT clients
     // (`aimdb --mqtt ... --node PREFIX`).
     let mut answers = outbound::Link::new(remote_rsp, rsp_topic, codec::Raw);
-    let mut payload = [0u8; 256];
-    let mut b = Routes::<_, 1, 4>::builder(&MQTT_READY, &mut payload);
+    // The device's manifest (a `Latest`: retained), read by the relay.
+    let mut manifest = outbound::Link::new(manifest, manifest_topic, codec::Raw);
+    let mut payload = vec![0u8; crate::manifest::MANIFEST_MAX];
+    let mut b = Routes::<_, 1, 5>::builder(&MQTT_READY, &mut payload);
     b.link(&mut readings)
         .link(&mut status)
         .link(&mut presence)
-        .link(&mut answers);
+        .link(&mut answers)
+        .link(&mut manifest);
     let mut routes = b.build().expect("MQTT outbound table");
 
     let mut config = Config::new("aimdb-gateway");

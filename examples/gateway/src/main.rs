@@ -35,6 +35,7 @@
 //! - `--seconds N`: stop after N seconds (default: run until Ctrl-C).
 
 mod bridge;
+mod manifest;
 mod operator;
 
 use gateway::{broker, qemu};
@@ -278,8 +279,10 @@ async fn run(args: Args) -> ExitCode {
         DeviceLink::Connect(args.serial.clone().unwrap_or_default())
     };
 
-    let (device_readers, mqtt_readers) = bridge::Readers::subscribe().split();
+    let (device_readers, mqtt_readers, (relay_link, relay_answers)) =
+        bridge::Readers::subscribe().split();
     tokio::spawn(bridge::device(link, device_readers));
+    tokio::spawn(manifest::relay(relay_link, relay_answers));
     let mqtt_broker = bridge::Broker {
         addr,
         credentials: credentials.clone(),
@@ -359,10 +362,11 @@ async fn run(args: Args) -> ExitCode {
     code
 }
 
-/// Runs `aimdb ls` and a two-second `aimdb watch` against the device
-/// behind `prefix` and prints them; whether both succeeded. The tool is
-/// the `aimdb` binary built beside this one (`cargo build --release -p
-/// aimdb-cli`; `make demo` does).
+/// Runs `aimdb nodes`, `aimdb ls` and a two-second `aimdb watch` against
+/// the device behind `prefix` and prints them; whether all succeeded and
+/// the device's manifest (published by this gateway) lists its records.
+/// The tool is the `aimdb` binary built beside this one (`cargo build
+/// --release -p aimdb-cli`; `make demo` does).
 async fn look_inside(broker: SocketAddr, prefix: &str) -> bool {
     let Ok(exe) = std::env::current_exe() else {
         return false;
@@ -370,13 +374,45 @@ async fn look_inside(broker: SocketAddr, prefix: &str) -> bool {
     let tool = exe.with_file_name("aimdb");
     let url = format!("mqtt://{broker}");
     let mut all = true;
+    // The manifest, read the way `aimdb nodes` reads it.
+    let nodes = tokio::process::Command::new(&tool)
+        .args(["--mqtt", &url, "--json", "nodes"])
+        .kill_on_drop(true)
+        .output();
+    let records = match tokio::time::timeout(Duration::from_secs(20), nodes).await {
+        Ok(Ok(o)) => serde_json::from_slice::<serde_json::Value>(&o.stdout)
+            .ok()
+            .and_then(|v| {
+                v.as_array()?
+                    .iter()
+                    .find(|n| n["node"] == prefix && n["role"] == "node")
+                    .map(|n| n["manifest"]["records"].as_array().map_or(0, Vec::len))
+            })
+            .unwrap_or(0),
+        _ => 0,
+    };
+    if records == 0 {
+        eprintln!("demo: no manifest for {prefix} in `aimdb nodes --json`");
+        all = false;
+    }
     for args in [
+        &["nodes"][..],
         &["ls"][..],
         &["watch", "--seconds", "2", "readings", "status"][..],
     ] {
-        println!("demo: $ aimdb --node {prefix} {}", args.join(" "));
+        let node: &[&str] = if args[0] == "nodes" {
+            &[]
+        } else {
+            &["--node", prefix]
+        };
+        println!(
+            "demo: $ aimdb {}{}",
+            node.iter().map(|a| format!("{a} ")).collect::<String>(),
+            args.join(" ")
+        );
         let run = tokio::process::Command::new(&tool)
-            .args(["--mqtt", &url, "--node", prefix])
+            .args(["--mqtt", &url])
+            .args(node)
             .args(args)
             .kill_on_drop(true)
             .status();
