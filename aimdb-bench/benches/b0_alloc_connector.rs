@@ -58,6 +58,7 @@ const EXPECTED: &[(&str, u64)] = &[
     ("connector_roundtrip", 0),
     ("remote_get", 0),
     ("remote_list", 0),
+    ("remote_watch_update", 0),
 ];
 
 struct Measured {
@@ -438,7 +439,31 @@ async fn remote_rows(out: &mut Vec<Measured>) {
             .await;
         out.push(m);
     }
+    // A watch: one operation is a write to the record and the update it
+    // brings to the client, through both connectors.
+    let watch = raw(&Request {
+        id: 3,
+        op: Op::Watch {
+            record: "bench",
+            credit: u32::MAX,
+        },
+    });
+    local
+        .run_until(async {
+            requests.write(watch);
+            answer_reader.recv().await.expect("the watch's first value");
+        })
+        .await;
+    let m = local
+        .run_until(measure("remote_watch_update", async |i| {
+            value.write(i as u32);
+            let answer = answer_reader.recv().await.expect("update");
+            black_box(answer);
+        }))
+        .await;
+    out.push(m);
     assert_eq!(responder.stats().malformed, 0);
+    assert!(responder.stats().updates > 0, "the watch sent updates");
 }
 
 fn check_baseline(problems: &mut Vec<String>) {

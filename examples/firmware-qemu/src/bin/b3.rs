@@ -24,8 +24,10 @@
 //! The MQTT rows run `Mqtt::run` (the device's connector) over an
 //! in-memory stream whose other end this binary plays as the broker.
 //!
-//! The record rows use the demo device's own records (`device_app::READINGS`,
-//! `device_app::STATUS`, `device_app::CMD`); the routing rows mirror b2's host fixtures
+//! The record rows use the demo device's record types with one reader
+//! (`STATUS`, `READINGS` here; the device gives its own a second reader
+//! slot for remote watches, which costs each write a little more) and the
+//! device's `device_app::CMD`; the routing rows mirror b2's host fixtures
 //! (8 routes over `Latest<u32>`, the same topics), so the two can be read
 //! side by side. The transport's waker is a no-op waker: the parked row
 //! counts the readiness hand-over, not an executor's enqueue.
@@ -79,6 +81,10 @@ static KEYED: [KeyTable; 8] = [const { Keyed::new("b3/fleet") }; 8];
 static RING4: Record<Cs, Ring<Reading, { device_app::READINGS_DEPTH }>, 4> =
     Record::new("b3/ring4");
 static READY_STATIC: Readiness<1> = Readiness::new();
+/// The demo device's status and readings records, with one reader.
+static STATUS: Record<Cs, Latest<Status>, 1> = Record::new("status");
+static READINGS: Record<Cs, Ring<Reading, { device_app::READINGS_DEPTH }>, 1> =
+    Record::new("readings");
 /// The MQTT rows: the connector on one end of an in-memory stream, this
 /// binary playing the broker on the other.
 static MQTT_PAIR: Pair<Cs, 256> = Pair::new();
@@ -283,11 +289,11 @@ async fn mqtt_task() {
 
 /// The record paths alone: one write and the read that sees it.
 fn records() {
-    let Ok(mut status) = device_app::STATUS.subscribe() else {
+    let Ok(mut status) = STATUS.subscribe() else {
         fail("status reader")
     };
     row("latest_write_read", |i| {
-        device_app::STATUS.write(Status {
+        STATUS.write(Status {
             led: i & 1 == 1,
             interval_ms: 100,
             commands: value(i),
@@ -300,11 +306,11 @@ fn records() {
     });
     drop(status);
 
-    let Ok(mut readings) = device_app::READINGS.subscribe() else {
+    let Ok(mut readings) = READINGS.subscribe() else {
         fail("ring reader")
     };
     row("ring_write_read", |i| {
-        device_app::READINGS.write(Reading {
+        READINGS.write(Reading {
             seq: value(i),
             centi_celsius: 2100,
         });
@@ -528,6 +534,11 @@ fn remote() {
         };
         Job::Request(v)
     };
+    // A value to get (the record rows above use records of their own).
+    device_app::READINGS.write(Reading {
+        seq: 1,
+        centi_celsius: 2100,
+    });
     let get = job(Op::Get { record: "readings" });
     let describe = job(Op::Describe { record: "readings" });
     let mut out = [0u8; 192];
