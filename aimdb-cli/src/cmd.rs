@@ -1,7 +1,6 @@
 //! The commands.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::time::Duration;
 
 use aimdb_core::remote::proto::{Body, Entry, Info};
@@ -38,7 +37,9 @@ async fn run_inner(cli: &Cli) -> Result<(), Fail> {
         Command::Describe { record } => describe(cli, &mut c, record).await,
         Command::Get { record } => get(cli, &mut c, record).await,
         Command::Set { record, value } => set(cli, &mut c, record, value).await,
-        Command::Watch { records, seconds } => watch(cli, &mut c, records, *seconds).await,
+        Command::Watch { records, seconds } => {
+            crate::watch::watch(cli, &mut c, records, *seconds).await
+        }
         Command::Stats => stats(cli, &mut c).await,
     }
 }
@@ -81,11 +82,11 @@ async fn connect(cli: &Cli, timeout: Duration) -> Result<Client, Fail> {
     ))
 }
 
-fn unexpected(body: &Body) -> Fail {
+pub(crate) fn unexpected(body: &Body) -> Fail {
     Fail::Other(format!("unexpected answer: {body:?}"))
 }
 
-fn kind_name(k: aimdb_core::record::Kind) -> String {
+pub(crate) fn kind_name(k: aimdb_core::record::Kind) -> String {
     format!("{k:?}").to_lowercase()
 }
 
@@ -93,7 +94,7 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-async fn list_all(c: &mut Client) -> Result<Vec<Entry>, Fail> {
+pub(crate) async fn list_all(c: &mut Client) -> Result<Vec<Entry>, Fail> {
     let mut all = Vec::new();
     loop {
         let from = u16::try_from(all.len()).unwrap_or(u16::MAX);
@@ -140,7 +141,7 @@ async fn stats_all(c: &mut Client) -> Result<Vec<(String, u64, u64)>, Fail> {
     }
 }
 
-async fn info(c: &mut Client, record: &str) -> Result<Info, Fail> {
+pub(crate) async fn info(c: &mut Client, record: &str) -> Result<Info, Fail> {
     match c.call(Op::Describe { record }).await? {
         Body::Describe(i) => Ok(i),
         b => Err(unexpected(&b)),
@@ -155,7 +156,7 @@ async fn value(c: &mut Client, record: &str) -> Result<(u64, Option<Vec<u8>>), F
 }
 
 /// The value decoded with the record's schema.
-fn decode(info: &Info, bytes: &[u8]) -> Result<Value, Fail> {
+pub(crate) fn decode(info: &Info, bytes: &[u8]) -> Result<Value, Fail> {
     postcard_dyn::from_slice_dyn(&info.schema, bytes).map_err(|e| {
         Fail::Schema(format!(
             "value does not decode with the schema of `{}` ({}): {e:?}",
@@ -164,7 +165,7 @@ fn decode(info: &Info, bytes: &[u8]) -> Result<Value, Fail> {
     })
 }
 
-fn print_json(v: &Value) {
+pub(crate) fn print_json(v: &Value) {
     println!("{v}");
 }
 
@@ -340,98 +341,13 @@ async fn stats(cli: &Cli, c: &mut Client) -> Result<(), Fail> {
 }
 
 /// Cuts `s` to `max` characters.
-fn clip(s: String, max: usize) -> String {
+pub(crate) fn clip(s: String, max: usize) -> String {
     if s.chars().count() <= max {
         return s;
     }
     let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
     t.push('…');
     t
-}
-
-async fn watch(
-    cli: &Cli,
-    c: &mut Client,
-    records: &[String],
-    seconds: Option<u64>,
-) -> Result<(), Fail> {
-    let names: Vec<String> = if records.is_empty() {
-        list_all(c).await?.into_iter().map(|e| e.name).collect()
-    } else {
-        records.to_vec()
-    };
-    let mut infos = Vec::with_capacity(names.len());
-    for n in &names {
-        infos.push(info(c, n).await?);
-    }
-    let tty = std::io::stdout().is_terminal();
-    let start = tokio::time::Instant::now();
-    // Per record: writes and time at the previous poll.
-    let mut prev: Vec<Option<(u64, tokio::time::Instant)>> = vec![None; infos.len()];
-    let mut tick = 0u64;
-    loop {
-        let mut rows = Vec::with_capacity(infos.len());
-        let mut sample = serde_json::Map::new();
-        for (i, p) in infos.iter().zip(prev.iter_mut()) {
-            let (writes, bytes) = value(c, &i.name).await?;
-            let now = tokio::time::Instant::now();
-            let rate = p.map(|(w, t)| {
-                let dt = now.duration_since(t).as_secs_f64();
-                if dt > 0.0 {
-                    writes.saturating_sub(w) as f64 / dt
-                } else {
-                    0.0
-                }
-            });
-            *p = Some((writes, now));
-            let v = match &bytes {
-                Some(b) => Some(decode(i, b)?),
-                None => None,
-            };
-            if cli.json {
-                sample.insert(
-                    i.name.clone(),
-                    json!({
-                        "kind": kind_name(i.kind),
-                        "writes": writes,
-                        "rate": rate.map(|r| (r * 10.0).round() / 10.0),
-                        "value": v,
-                    }),
-                );
-            } else {
-                rows.push(vec![
-                    i.name.clone(),
-                    kind_name(i.kind),
-                    writes.to_string(),
-                    rate.map_or("-".into(), |r| format!("{r:.1}")),
-                    v.map_or("-".into(), |v| clip(v.to_string(), 60)),
-                ]);
-            }
-        }
-        let t = start.elapsed().as_secs_f64();
-        if cli.json {
-            print_json(&json!({ "t": (t * 10.0).round() / 10.0, "records": sample }));
-        } else {
-            if tty {
-                // Home and clear, then the fresh table.
-                print!("\x1b[H\x1b[2J");
-            }
-            print!(
-                "{}",
-                table::render(&["RECORD", "KIND", "WRITES", "WRITES/S", "VALUE"], &rows)
-            );
-            if !tty {
-                println!();
-            }
-        }
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        tick += 1;
-        if seconds.is_some_and(|s| tick > s) {
-            return Ok(());
-        }
-        tokio::time::sleep_until(start + Duration::from_secs(tick)).await;
-    }
 }
 
 /// One node's presence, as its retained message says.
