@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use aimdb_core::remote::proto::{Body, Entry, Info};
+use aimdb_core::link::{LinkState, Status};
+use aimdb_core::remote::proto::{Body, ConnectorStats, Entry, Info};
 use aimdb_core::remote::Op;
 use serde_json::{json, Value};
 
@@ -117,8 +118,11 @@ pub(crate) async fn list_all(c: &mut Client) -> Result<Vec<Entry>, Fail> {
     }
 }
 
-async fn stats_all(c: &mut Client) -> Result<Vec<(String, u64, u64)>, Fail> {
+/// Every stats page: the records' counters, and the connectors' (from
+/// the first page).
+async fn stats_all(c: &mut Client) -> Result<(Vec<(String, u64, u64)>, Vec<ConnectorStats>), Fail> {
     let mut all = Vec::new();
+    let mut conns = Vec::new();
     loop {
         let from = u16::try_from(all.len()).unwrap_or(u16::MAX);
         match c.call(Op::Stats { from }).await? {
@@ -126,14 +130,17 @@ async fn stats_all(c: &mut Client) -> Result<Vec<(String, u64, u64)>, Fail> {
                 total,
                 from,
                 entries,
-                ..
+                connectors,
             } => {
+                if from == 0 {
+                    conns = connectors;
+                }
                 let next = usize::from(from) + entries.len();
                 let done = entries.is_empty() || next >= usize::from(total);
                 all.truncate(usize::from(from));
                 all.extend(entries);
                 if done {
-                    return Ok(all);
+                    return Ok((all, conns));
                 }
             }
             b => return Err(unexpected(&b)),
@@ -319,14 +326,52 @@ async fn set(cli: &Cli, c: &mut Client, record: &str, text: &str) -> Result<(), 
     Ok(())
 }
 
+fn status_name(s: Status) -> &'static str {
+    match s {
+        Status::Connecting => "connecting",
+        Status::Online => "online",
+        Status::Offline => "offline",
+    }
+}
+
+/// A link state as the connectors table shows it: `online #3`,
+/// `offline #3 (lost)`.
+fn link_text(l: &LinkState) -> String {
+    let mut t = format!("{} #{}", status_name(l.status), l.seq);
+    if let Some(c) = l.cause {
+        t.push_str(&format!(" ({c})"));
+    }
+    t
+}
+
 async fn stats(cli: &Cli, c: &mut Client) -> Result<(), Fail> {
-    let all = stats_all(c).await?;
+    let (all, conns) = stats_all(c).await?;
     if cli.json {
-        let v: Vec<Value> = all
+        let records: Vec<Value> = all
             .iter()
             .map(|(n, w, r)| json!({ "record": n, "writes": w, "replaced": r }))
             .collect();
-        print_json(&Value::Array(v));
+        let connectors: Vec<Value> = conns
+            .iter()
+            .map(|k| {
+                let n = &k.counters;
+                json!({
+                    "name": k.name,
+                    "sent": n.sent,
+                    "received": n.received,
+                    "rejected": n.rejected,
+                    "dropped": n.dropped,
+                    "lagged": n.lagged,
+                    "reconnects": n.reconnects,
+                    "link": k.link.map(|l| json!({
+                        "status": status_name(l.status),
+                        "seq": l.seq,
+                        "cause": l.cause.map(|c| c.as_str()),
+                    })),
+                })
+            })
+            .collect();
+        print_json(&json!({ "records": records, "connectors": connectors }));
         return Ok(());
     }
     let rows: Vec<Vec<String>> = all
@@ -337,6 +382,41 @@ async fn stats(cli: &Cli, c: &mut Client) -> Result<(), Fail> {
         "{}",
         table::render(&["RECORD", "WRITES", "REPLACED"], &rows)
     );
+    let rows: Vec<Vec<String>> = conns
+        .iter()
+        .map(|k| {
+            let n = &k.counters;
+            vec![
+                k.name.clone(),
+                k.link.as_ref().map_or("-".into(), link_text),
+                n.sent.to_string(),
+                n.received.to_string(),
+                n.rejected.to_string(),
+                n.dropped.to_string(),
+                n.lagged.to_string(),
+                n.reconnects.to_string(),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        println!();
+        print!(
+            "{}",
+            table::render(
+                &[
+                    "CONNECTOR",
+                    "LINK",
+                    "SENT",
+                    "RECEIVED",
+                    "REJECTED",
+                    "DROPPED",
+                    "LAGGED",
+                    "RECONNECTS"
+                ],
+                &rows
+            )
+        );
+    }
     Ok(())
 }
 

@@ -206,10 +206,12 @@ fn stats_and_watch_report_writes() {
     let o = aimdb(&["--tcp", &addr, "--json", "stats"]);
     expect_code(&o, 0);
     let v = json_out(&o);
-    assert_eq!(v[0]["record"], "readings");
-    assert_eq!(v[0]["writes"], 6);
-    assert!(v[0]["replaced"].is_u64(), "{v}");
-    assert_eq!(v.as_array().unwrap().len(), 4);
+    let records = &v["records"];
+    assert_eq!(records[0]["record"], "readings");
+    assert_eq!(records[0]["writes"], 6);
+    assert!(records[0]["replaced"].is_u64(), "{v}");
+    assert_eq!(records.as_array().unwrap().len(), 4);
+    assert!(v["connectors"].is_array(), "{v}");
 
     // Two samples (at 0 s and 1 s), one JSON line each.
     let o = aimdb(&[
