@@ -430,11 +430,27 @@ pub(crate) fn clip(s: String, max: usize) -> String {
     t
 }
 
-/// One node's presence, as its retained message says.
-struct Presence {
-    status: String,
-    seq: Option<u64>,
+/// What the broker keeps about one node prefix: its presence and its
+/// manifest (retained), and whether it answers.
+#[derive(Default)]
+struct Seen {
+    /// Status and seq from `<prefix>/presence`.
+    presence: Option<(String, Option<u64>)>,
+    /// `<prefix>/aimdb/manifest`, parsed (null if it is not JSON).
+    manifest: Option<Value>,
     answers: Option<bool>,
+}
+
+impl Seen {
+    /// The manifest's record names, comma-separated.
+    fn records(&self) -> Option<String> {
+        let records = self.manifest.as_ref()?.get("records")?.as_array()?;
+        let names: Vec<&str> = records
+            .iter()
+            .filter_map(|r| r.get("name")?.as_str())
+            .collect();
+        Some(names.join(","))
+    }
 }
 
 async fn nodes(cli: &Cli, timeout: Duration) -> Result<(), Fail> {
@@ -445,28 +461,35 @@ async fn nodes(cli: &Cli, timeout: Duration) -> Result<(), Fail> {
     };
     let mut conn = link::mqtt(&mqtt_args(cli, url), &["#".to_string()], timeout).await?;
     // Retained messages arrive right after the subscription.
-    let mut seen: BTreeMap<String, Presence> = BTreeMap::new();
+    let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
     let listen = Duration::from_secs(1).min(timeout);
     let deadline = tokio::time::Instant::now() + listen;
     while let Ok(Some((topic, payload))) = tokio::time::timeout_at(deadline, conn.inc.recv()).await
     {
-        let Some(prefix) = topic.strip_suffix("/presence") else {
+        let (prefix, presence) = if let Some(p) = topic.strip_suffix("/presence") {
+            (p, true)
+        } else if let Some(p) = topic.strip_suffix("/aimdb/manifest") {
+            (p, false)
+        } else {
             continue;
         };
-        if payload.is_empty() {
-            // A cleared retained message.
-            seen.remove(prefix);
-            continue;
+        let v = (!payload.is_empty())
+            .then(|| serde_json::from_slice::<Value>(&payload).unwrap_or(Value::Null));
+        let entry = seen.entry(prefix.to_string()).or_default();
+        if presence {
+            // An empty payload is a cleared retained message.
+            entry.presence = v.map(|v| {
+                (
+                    v["status"].as_str().unwrap_or("?").to_string(),
+                    v["seq"].as_u64(),
+                )
+            });
+        } else {
+            entry.manifest = v;
         }
-        let v: Value = serde_json::from_slice(&payload).unwrap_or(Value::Null);
-        seen.insert(
-            prefix.to_string(),
-            Presence {
-                status: v["status"].as_str().unwrap_or("?").to_string(),
-                seq: v["seq"].as_u64(),
-                answers: None,
-            },
-        );
+        if entry.presence.is_none() && entry.manifest.is_none() {
+            seen.remove(prefix);
+        }
     }
 
     // Does each node answer? One `list` request each, all at once.
@@ -527,6 +550,12 @@ async fn nodes(cli: &Cli, timeout: Duration) -> Result<(), Fail> {
             "node"
         }
     };
+    let status = |p: &Seen| {
+        p.presence
+            .as_ref()
+            .map_or("unknown".to_string(), |(s, _)| s.clone())
+    };
+    let seq = |p: &Seen| p.presence.as_ref().and_then(|(_, q)| *q);
     if cli.json {
         let v: Vec<Value> = seen
             .iter()
@@ -534,9 +563,10 @@ async fn nodes(cli: &Cli, timeout: Duration) -> Result<(), Fail> {
                 json!({
                     "node": prefix.trim_end_matches("/gateway"),
                     "role": role(prefix),
-                    "status": p.status,
-                    "seq": p.seq,
+                    "status": status(p),
+                    "seq": seq(p),
                     "answers": if role(prefix) == "node" { p.answers } else { None },
+                    "manifest": p.manifest.clone().unwrap_or(Value::Null),
                 })
             })
             .collect();
@@ -549,19 +579,23 @@ async fn nodes(cli: &Cli, timeout: Duration) -> Result<(), Fail> {
             vec![
                 prefix.trim_end_matches("/gateway").to_string(),
                 role(prefix).into(),
-                p.status.clone(),
-                p.seq.map_or("-".into(), |s| s.to_string()),
+                status(p),
+                seq(p).map_or("-".into(), |s| s.to_string()),
                 match (role(prefix), p.answers) {
                     ("node", Some(true)) => "yes".into(),
                     ("node", _) => "no".into(),
                     _ => "-".into(),
                 },
+                p.records().map_or("-".into(), |r| clip(r, 48)),
             ]
         })
         .collect();
     print!(
         "{}",
-        table::render(&["NODE", "ROLE", "STATUS", "SEQ", "ANSWERS"], &rows)
+        table::render(
+            &["NODE", "ROLE", "STATUS", "SEQ", "ANSWERS", "RECORDS"],
+            &rows
+        )
     );
     Ok(())
 }
