@@ -5,11 +5,11 @@
 //! `Watch` request, which the node answers with the current value and
 //! takes the new id and credit from) when fewer than [`RENEW_BELOW`]
 //! remain or [`REFRESH`] has passed, and started again if its stream ends
-//! unasked. A record the node will not watch (`NotWatchable`, `Busy`) is
-//! polled with `get` once a second instead. On exit every watch is
-//! stopped with `Unwatch`.
+//! unasked. A record the node will not watch (`NotWatchable`, `Busy`, or
+//! `Malformed` from a node that predates watches) is polled with `get`
+//! once a second instead. On exit every watch is stopped with `Unwatch`.
 //!
-//! The node's requests slot holds one request at a time, so requests go
+//! The node's request slot holds one request at a time, so requests go
 //! one after another; updates that arrive while an answer is awaited are
 //! taken as they come.
 
@@ -226,11 +226,19 @@ impl Watcher<'_> {
                 rec.hold = Some(Instant::now() + RENEW_PAUSE);
                 Ok(())
             }
-            Err(e @ (RequestError::Busy | RequestError::NotWatchable)) => {
+            // Malformed: a node older than watches cannot decode the op.
+            Err(
+                e @ (RequestError::Busy | RequestError::NotWatchable | RequestError::Malformed),
+            ) => {
                 rec.mode = Mode::Poll;
                 rec.id = None;
                 rec.asked = false;
-                eprintln!("aimdb: watch {name}: {e}; polling it once a second instead");
+                let why = if e == RequestError::Malformed {
+                    "the node does not take watch requests".to_string()
+                } else {
+                    e.to_string()
+                };
+                eprintln!("aimdb: watch {name}: {why}; polling it once a second instead");
                 Ok(())
             }
             Err(e) => Err(Fail::Node(e)),
