@@ -1,10 +1,10 @@
 //! The commands.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::time::Duration;
 
-use aimdb_core::remote::proto::{Body, Entry, Info};
+use aimdb_core::link::{LinkState, Status};
+use aimdb_core::remote::proto::{Body, ConnectorStats, Entry, Info};
 use aimdb_core::remote::Op;
 use serde_json::{json, Value};
 
@@ -38,7 +38,9 @@ async fn run_inner(cli: &Cli) -> Result<(), Fail> {
         Command::Describe { record } => describe(cli, &mut c, record).await,
         Command::Get { record } => get(cli, &mut c, record).await,
         Command::Set { record, value } => set(cli, &mut c, record, value).await,
-        Command::Watch { records, seconds } => watch(cli, &mut c, records, *seconds).await,
+        Command::Watch { records, seconds } => {
+            crate::watch::watch(cli, &mut c, records, *seconds).await
+        }
         Command::Stats => stats(cli, &mut c).await,
     }
 }
@@ -81,11 +83,11 @@ async fn connect(cli: &Cli, timeout: Duration) -> Result<Client, Fail> {
     ))
 }
 
-fn unexpected(body: &Body) -> Fail {
+pub(crate) fn unexpected(body: &Body) -> Fail {
     Fail::Other(format!("unexpected answer: {body:?}"))
 }
 
-fn kind_name(k: aimdb_core::record::Kind) -> String {
+pub(crate) fn kind_name(k: aimdb_core::record::Kind) -> String {
     format!("{k:?}").to_lowercase()
 }
 
@@ -93,7 +95,7 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-async fn list_all(c: &mut Client) -> Result<Vec<Entry>, Fail> {
+pub(crate) async fn list_all(c: &mut Client) -> Result<Vec<Entry>, Fail> {
     let mut all = Vec::new();
     loop {
         let from = u16::try_from(all.len()).unwrap_or(u16::MAX);
@@ -116,8 +118,11 @@ async fn list_all(c: &mut Client) -> Result<Vec<Entry>, Fail> {
     }
 }
 
-async fn stats_all(c: &mut Client) -> Result<Vec<(String, u64, u64)>, Fail> {
+/// Every stats page: the records' counters, and the connectors' (from
+/// the first page).
+async fn stats_all(c: &mut Client) -> Result<(Vec<(String, u64, u64)>, Vec<ConnectorStats>), Fail> {
     let mut all = Vec::new();
+    let mut conns = Vec::new();
     loop {
         let from = u16::try_from(all.len()).unwrap_or(u16::MAX);
         match c.call(Op::Stats { from }).await? {
@@ -125,14 +130,17 @@ async fn stats_all(c: &mut Client) -> Result<Vec<(String, u64, u64)>, Fail> {
                 total,
                 from,
                 entries,
-                ..
+                connectors,
             } => {
+                if from == 0 {
+                    conns = connectors;
+                }
                 let next = usize::from(from) + entries.len();
                 let done = entries.is_empty() || next >= usize::from(total);
                 all.truncate(usize::from(from));
                 all.extend(entries);
                 if done {
-                    return Ok(all);
+                    return Ok((all, conns));
                 }
             }
             b => return Err(unexpected(&b)),
@@ -140,7 +148,7 @@ async fn stats_all(c: &mut Client) -> Result<Vec<(String, u64, u64)>, Fail> {
     }
 }
 
-async fn info(c: &mut Client, record: &str) -> Result<Info, Fail> {
+pub(crate) async fn info(c: &mut Client, record: &str) -> Result<Info, Fail> {
     match c.call(Op::Describe { record }).await? {
         Body::Describe(i) => Ok(i),
         b => Err(unexpected(&b)),
@@ -155,7 +163,7 @@ async fn value(c: &mut Client, record: &str) -> Result<(u64, Option<Vec<u8>>), F
 }
 
 /// The value decoded with the record's schema.
-fn decode(info: &Info, bytes: &[u8]) -> Result<Value, Fail> {
+pub(crate) fn decode(info: &Info, bytes: &[u8]) -> Result<Value, Fail> {
     postcard_dyn::from_slice_dyn(&info.schema, bytes).map_err(|e| {
         Fail::Schema(format!(
             "value does not decode with the schema of `{}` ({}): {e:?}",
@@ -164,7 +172,7 @@ fn decode(info: &Info, bytes: &[u8]) -> Result<Value, Fail> {
     })
 }
 
-fn print_json(v: &Value) {
+pub(crate) fn print_json(v: &Value) {
     println!("{v}");
 }
 
@@ -318,14 +326,52 @@ async fn set(cli: &Cli, c: &mut Client, record: &str, text: &str) -> Result<(), 
     Ok(())
 }
 
+fn status_name(s: Status) -> &'static str {
+    match s {
+        Status::Connecting => "connecting",
+        Status::Online => "online",
+        Status::Offline => "offline",
+    }
+}
+
+/// A link state as the connectors table shows it: `online #3`,
+/// `offline #3 (lost)`.
+fn link_text(l: &LinkState) -> String {
+    let mut t = format!("{} #{}", status_name(l.status), l.seq);
+    if let Some(c) = l.cause {
+        t.push_str(&format!(" ({c})"));
+    }
+    t
+}
+
 async fn stats(cli: &Cli, c: &mut Client) -> Result<(), Fail> {
-    let all = stats_all(c).await?;
+    let (all, conns) = stats_all(c).await?;
     if cli.json {
-        let v: Vec<Value> = all
+        let records: Vec<Value> = all
             .iter()
             .map(|(n, w, r)| json!({ "record": n, "writes": w, "replaced": r }))
             .collect();
-        print_json(&Value::Array(v));
+        let connectors: Vec<Value> = conns
+            .iter()
+            .map(|k| {
+                let n = &k.counters;
+                json!({
+                    "name": k.name,
+                    "sent": n.sent,
+                    "received": n.received,
+                    "rejected": n.rejected,
+                    "dropped": n.dropped,
+                    "lagged": n.lagged,
+                    "reconnects": n.reconnects,
+                    "link": k.link.map(|l| json!({
+                        "status": status_name(l.status),
+                        "seq": l.seq,
+                        "cause": l.cause.map(|c| c.as_str()),
+                    })),
+                })
+            })
+            .collect();
+        print_json(&json!({ "records": records, "connectors": connectors }));
         return Ok(());
     }
     let rows: Vec<Vec<String>> = all
@@ -336,11 +382,46 @@ async fn stats(cli: &Cli, c: &mut Client) -> Result<(), Fail> {
         "{}",
         table::render(&["RECORD", "WRITES", "REPLACED"], &rows)
     );
+    let rows: Vec<Vec<String>> = conns
+        .iter()
+        .map(|k| {
+            let n = &k.counters;
+            vec![
+                k.name.clone(),
+                k.link.as_ref().map_or("-".into(), link_text),
+                n.sent.to_string(),
+                n.received.to_string(),
+                n.rejected.to_string(),
+                n.dropped.to_string(),
+                n.lagged.to_string(),
+                n.reconnects.to_string(),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        println!();
+        print!(
+            "{}",
+            table::render(
+                &[
+                    "CONNECTOR",
+                    "LINK",
+                    "SENT",
+                    "RECEIVED",
+                    "REJECTED",
+                    "DROPPED",
+                    "LAGGED",
+                    "RECONNECTS"
+                ],
+                &rows
+            )
+        );
+    }
     Ok(())
 }
 
 /// Cuts `s` to `max` characters.
-fn clip(s: String, max: usize) -> String {
+pub(crate) fn clip(s: String, max: usize) -> String {
     if s.chars().count() <= max {
         return s;
     }
@@ -349,96 +430,27 @@ fn clip(s: String, max: usize) -> String {
     t
 }
 
-async fn watch(
-    cli: &Cli,
-    c: &mut Client,
-    records: &[String],
-    seconds: Option<u64>,
-) -> Result<(), Fail> {
-    let names: Vec<String> = if records.is_empty() {
-        list_all(c).await?.into_iter().map(|e| e.name).collect()
-    } else {
-        records.to_vec()
-    };
-    let mut infos = Vec::with_capacity(names.len());
-    for n in &names {
-        infos.push(info(c, n).await?);
-    }
-    let tty = std::io::stdout().is_terminal();
-    let start = tokio::time::Instant::now();
-    // Per record: writes and time at the previous poll.
-    let mut prev: Vec<Option<(u64, tokio::time::Instant)>> = vec![None; infos.len()];
-    let mut tick = 0u64;
-    loop {
-        let mut rows = Vec::with_capacity(infos.len());
-        let mut sample = serde_json::Map::new();
-        for (i, p) in infos.iter().zip(prev.iter_mut()) {
-            let (writes, bytes) = value(c, &i.name).await?;
-            let now = tokio::time::Instant::now();
-            let rate = p.map(|(w, t)| {
-                let dt = now.duration_since(t).as_secs_f64();
-                if dt > 0.0 {
-                    writes.saturating_sub(w) as f64 / dt
-                } else {
-                    0.0
-                }
-            });
-            *p = Some((writes, now));
-            let v = match &bytes {
-                Some(b) => Some(decode(i, b)?),
-                None => None,
-            };
-            if cli.json {
-                sample.insert(
-                    i.name.clone(),
-                    json!({
-                        "kind": kind_name(i.kind),
-                        "writes": writes,
-                        "rate": rate.map(|r| (r * 10.0).round() / 10.0),
-                        "value": v,
-                    }),
-                );
-            } else {
-                rows.push(vec![
-                    i.name.clone(),
-                    kind_name(i.kind),
-                    writes.to_string(),
-                    rate.map_or("-".into(), |r| format!("{r:.1}")),
-                    v.map_or("-".into(), |v| clip(v.to_string(), 60)),
-                ]);
-            }
-        }
-        let t = start.elapsed().as_secs_f64();
-        if cli.json {
-            print_json(&json!({ "t": (t * 10.0).round() / 10.0, "records": sample }));
-        } else {
-            if tty {
-                // Home and clear, then the fresh table.
-                print!("\x1b[H\x1b[2J");
-            }
-            print!(
-                "{}",
-                table::render(&["RECORD", "KIND", "WRITES", "WRITES/S", "VALUE"], &rows)
-            );
-            if !tty {
-                println!();
-            }
-        }
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        tick += 1;
-        if seconds.is_some_and(|s| tick > s) {
-            return Ok(());
-        }
-        tokio::time::sleep_until(start + Duration::from_secs(tick)).await;
-    }
+/// What the broker keeps about one node prefix: its presence and its
+/// manifest (retained), and whether it answers.
+#[derive(Default)]
+struct Seen {
+    /// Status and seq from `<prefix>/presence`.
+    presence: Option<(String, Option<u64>)>,
+    /// `<prefix>/aimdb/manifest`, parsed (null if it is not JSON).
+    manifest: Option<Value>,
+    answers: Option<bool>,
 }
 
-/// One node's presence, as its retained message says.
-struct Presence {
-    status: String,
-    seq: Option<u64>,
-    answers: Option<bool>,
+impl Seen {
+    /// The manifest's record names, comma-separated.
+    fn records(&self) -> Option<String> {
+        let records = self.manifest.as_ref()?.get("records")?.as_array()?;
+        let names: Vec<&str> = records
+            .iter()
+            .filter_map(|r| r.get("name")?.as_str())
+            .collect();
+        Some(names.join(","))
+    }
 }
 
 async fn nodes(cli: &Cli, timeout: Duration) -> Result<(), Fail> {
@@ -449,28 +461,35 @@ async fn nodes(cli: &Cli, timeout: Duration) -> Result<(), Fail> {
     };
     let mut conn = link::mqtt(&mqtt_args(cli, url), &["#".to_string()], timeout).await?;
     // Retained messages arrive right after the subscription.
-    let mut seen: BTreeMap<String, Presence> = BTreeMap::new();
+    let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
     let listen = Duration::from_secs(1).min(timeout);
     let deadline = tokio::time::Instant::now() + listen;
     while let Ok(Some((topic, payload))) = tokio::time::timeout_at(deadline, conn.inc.recv()).await
     {
-        let Some(prefix) = topic.strip_suffix("/presence") else {
+        let (prefix, presence) = if let Some(p) = topic.strip_suffix("/presence") {
+            (p, true)
+        } else if let Some(p) = topic.strip_suffix("/aimdb/manifest") {
+            (p, false)
+        } else {
             continue;
         };
-        if payload.is_empty() {
-            // A cleared retained message.
-            seen.remove(prefix);
-            continue;
+        let v = (!payload.is_empty())
+            .then(|| serde_json::from_slice::<Value>(&payload).unwrap_or(Value::Null));
+        let entry = seen.entry(prefix.to_string()).or_default();
+        if presence {
+            // An empty payload is a cleared retained message.
+            entry.presence = v.map(|v| {
+                (
+                    v["status"].as_str().unwrap_or("?").to_string(),
+                    v["seq"].as_u64(),
+                )
+            });
+        } else {
+            entry.manifest = v;
         }
-        let v: Value = serde_json::from_slice(&payload).unwrap_or(Value::Null);
-        seen.insert(
-            prefix.to_string(),
-            Presence {
-                status: v["status"].as_str().unwrap_or("?").to_string(),
-                seq: v["seq"].as_u64(),
-                answers: None,
-            },
-        );
+        if entry.presence.is_none() && entry.manifest.is_none() {
+            seen.remove(prefix);
+        }
     }
 
     // Does each node answer? One `list` request each, all at once.
@@ -531,6 +550,12 @@ async fn nodes(cli: &Cli, timeout: Duration) -> Result<(), Fail> {
             "node"
         }
     };
+    let status = |p: &Seen| {
+        p.presence
+            .as_ref()
+            .map_or("unknown".to_string(), |(s, _)| s.clone())
+    };
+    let seq = |p: &Seen| p.presence.as_ref().and_then(|(_, q)| *q);
     if cli.json {
         let v: Vec<Value> = seen
             .iter()
@@ -538,9 +563,10 @@ async fn nodes(cli: &Cli, timeout: Duration) -> Result<(), Fail> {
                 json!({
                     "node": prefix.trim_end_matches("/gateway"),
                     "role": role(prefix),
-                    "status": p.status,
-                    "seq": p.seq,
+                    "status": status(p),
+                    "seq": seq(p),
                     "answers": if role(prefix) == "node" { p.answers } else { None },
+                    "manifest": p.manifest.clone().unwrap_or(Value::Null),
                 })
             })
             .collect();
@@ -553,19 +579,23 @@ async fn nodes(cli: &Cli, timeout: Duration) -> Result<(), Fail> {
             vec![
                 prefix.trim_end_matches("/gateway").to_string(),
                 role(prefix).into(),
-                p.status.clone(),
-                p.seq.map_or("-".into(), |s| s.to_string()),
+                status(p),
+                seq(p).map_or("-".into(), |s| s.to_string()),
                 match (role(prefix), p.answers) {
                     ("node", Some(true)) => "yes".into(),
                     ("node", _) => "no".into(),
                     _ => "-".into(),
                 },
+                p.records().map_or("-".into(), |r| clip(r, 48)),
             ]
         })
         .collect();
     print!(
         "{}",
-        table::render(&["NODE", "ROLE", "STATUS", "SEQ", "ANSWERS"], &rows)
+        table::render(
+            &["NODE", "ROLE", "STATUS", "SEQ", "ANSWERS", "RECORDS"],
+            &rows
+        )
     );
     Ok(())
 }

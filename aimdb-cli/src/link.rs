@@ -268,7 +268,16 @@ pub async fn mqtt(args: &MqttArgs<'_>, topics: &[String], timeout: Duration) -> 
     })
 }
 
-/// Requests and answers over a [`Conn`].
+/// One answer from the node: the id it carries and the node's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub id: u32,
+    pub result: Result<Body, RequestError>,
+}
+
+/// Requests and answers over a [`Conn`]: one at a time with [`Self::call`],
+/// or as a stream with [`Self::send`] and [`Self::recv`] (a watch's
+/// updates come under its request's id).
 pub struct Client {
     conn: Conn,
     req: String,
@@ -300,40 +309,73 @@ impl Client {
         id
     }
 
+    /// Sends `op` under a fresh id and returns the id, without waiting for
+    /// an answer.
+    pub async fn send(&mut self, op: Op<'_>) -> Result<u32, Fail> {
+        let id = self.fresh_id();
+        let bytes = postcard::to_stdvec(&Request { id, op })
+            .map_err(|e| Fail::Other(format!("encode request: {e}")))?;
+        if self.conn.out.send((self.req.clone(), bytes)).await.is_err() {
+            return Err(Fail::Unreachable("connection closed".into()));
+        }
+        Ok(id)
+    }
+
+    /// The next answer on the response topic, whatever its id; `None` once
+    /// `deadline` has passed. Messages on other topics and payloads that
+    /// do not decode are skipped. Cancel-safe: a message is taken only by
+    /// the call that returns it (or skips it).
+    pub async fn recv(&mut self, deadline: tokio::time::Instant) -> Result<Option<Reply>, Fail> {
+        loop {
+            let msg = match tokio::time::timeout_at(deadline, self.conn.inc.recv()).await {
+                Err(_) => return Ok(None),
+                Ok(None) => return Err(Fail::Unreachable("connection closed".into())),
+                Ok(Some(m)) => m,
+            };
+            if msg.0 != self.rsp {
+                continue;
+            }
+            if let Ok(r) = postcard::from_bytes::<Response<Body>>(&msg.1) {
+                return Ok(Some(Reply {
+                    id: r.id,
+                    result: r.result,
+                }));
+            }
+        }
+    }
+
+    /// The answer with `id` (others are dropped); `None` once `deadline`
+    /// has passed.
+    pub async fn recv_id(
+        &mut self,
+        id: u32,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<Result<Body, RequestError>>, Fail> {
+        while let Some(r) = self.recv(deadline).await? {
+            if r.id == id {
+                return Ok(Some(r.result));
+            }
+        }
+        Ok(None)
+    }
+
     /// Sends `op` and waits for the answer with its id (others are
     /// ignored); asks once more if the node was busy.
     pub async fn call(&mut self, op: Op<'_>) -> Result<Body, Fail> {
         let mut retried = false;
         loop {
-            let id = self.fresh_id();
-            let bytes = postcard::to_stdvec(&Request { id, op: op.clone() }).expect("encode");
-            if self.conn.out.send((self.req.clone(), bytes)).await.is_err() {
-                return Err(Fail::Unreachable("connection closed".into()));
-            }
+            let id = self.send(op.clone()).await?;
             let deadline = tokio::time::Instant::now() + self.timeout;
-            let result = loop {
-                let msg = match tokio::time::timeout_at(deadline, self.conn.inc.recv()).await {
-                    Err(_) => {
-                        return Err(Fail::Timeout(format!(
-                            "no answer within {:?}",
-                            self.timeout
-                        )))
-                    }
-                    Ok(None) => return Err(Fail::Unreachable("connection closed".into())),
-                    Ok(Some(m)) => m,
-                };
-                if msg.0 != self.rsp {
-                    continue;
-                }
-                match postcard::from_bytes::<Response<Body>>(&msg.1) {
-                    Ok(r) if r.id == id => break r.result,
-                    _ => continue,
-                }
+            let Some(result) = self.recv_id(id, deadline).await? else {
+                return Err(Fail::Timeout(format!(
+                    "no answer within {:?}",
+                    self.timeout
+                )));
             };
             match result {
                 Err(RequestError::Busy) if !retried => {
                     retried = true;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tokio::time::sleep(BUSY_PAUSE).await;
                 }
                 Err(e) => return Err(Fail::Node(e)),
                 Ok(body) => return Ok(body),
@@ -341,3 +383,6 @@ impl Client {
         }
     }
 }
+
+/// How long to wait before asking again after a `Busy` answer.
+pub const BUSY_PAUSE: Duration = Duration::from_millis(50);

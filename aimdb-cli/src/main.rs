@@ -4,6 +4,7 @@
 mod cmd;
 mod link;
 mod table;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -95,13 +96,17 @@ enum Command {
         #[arg(value_name = "JSON")]
         value: String,
     },
-    /// A live table, refreshed every second: record, kind, writes/s, last
-    /// value.
+    /// A live table, refreshed every second: record, kind, writes,
+    /// writes/s, lag, last value.
     ///
-    /// This samples: it polls `get` once a second per record. The rate
-    /// counts every write (from the node's write counter), but of a stream
-    /// record's values only the newest at each poll is shown. With --json,
-    /// one JSON line per sample.
+    /// Each record is watched: the node sends its value after writes
+    /// (the newest, with the write count it covers), at most 64 before the
+    /// watch is renewed. WRITES/S counts every write (from the node's write
+    /// counter); LAG counts the writes since the start that arrived as no
+    /// value (a stream written faster than updates go). A record the node
+    /// will not watch (no free reader slot, all watches taken) is polled
+    /// with `get` once a second instead. On exit (--seconds, Ctrl-C) the
+    /// watches are stopped. With --json, one JSON line per sample.
     Watch {
         /// Records to watch (default: all).
         records: Vec<String>,

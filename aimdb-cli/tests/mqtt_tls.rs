@@ -111,7 +111,14 @@ async fn nodes_over_tls_with_a_password() {
     let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(
         v,
-        json!([{"node": "dev", "role": "node", "status": "online", "seq": 7, "answers": false}])
+        json!([{
+            "node": "dev",
+            "role": "node",
+            "status": "online",
+            "seq": 7,
+            "answers": false,
+            "manifest": null
+        }])
     );
 
     let o = run(args("wrong", &ca_pem)).await;

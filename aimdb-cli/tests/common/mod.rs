@@ -1,18 +1,20 @@
-//! An in-process node for the CLI's tests: described records, a
-//! `Responder` linked into inbound dispatch and outbound routes, served
+//! An in-process node for the CLI's tests: described records (each with
+//! a reader slot to spare, so it can be watched), a `Responder` reporting
+//! its connector, linked into inbound dispatch and outbound routes, served
 //! over the framed connector (TCP on loopback, heartbeat on as on the demo
 //! firmware) or over MQTT; and a bounded run of the `aimdb` binary.
 #![allow(dead_code)]
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use aimdb_connectors::framed::{Config, Counters, Framed, Heartbeat};
 use aimdb_connectors::tokio_io::{self, TokioDelay};
 use aimdb_core::inbound::Dispatch;
+use aimdb_core::link::LinkState;
 use aimdb_core::outbound::{self, Routes};
 use aimdb_core::record::{Latest, Mailbox, Record, Ring};
-use aimdb_core::remote::{Description, Responder};
+use aimdb_core::remote::{Connector, Counted, Description, Responder};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use serde::{Deserialize, Serialize};
@@ -41,19 +43,40 @@ fn leak<T>(v: T) -> &'static T {
 
 /// A node's records and responder (leaked: each test has its own).
 pub struct Node {
-    pub readings: &'static Record<Cs, Ring<Reading, 4>, 1>,
-    pub led: &'static Record<Cs, Latest<bool>, 1>,
-    pub setpoint: &'static Record<Cs, Latest<Setpoint>, 1>,
-    pub cmd: &'static Record<Cs, Mailbox<u8>, 1>,
+    pub readings: &'static Record<Cs, Ring<Reading, 4>, 2>,
+    pub led: &'static Record<Cs, Latest<bool>, 2>,
+    pub setpoint: &'static Record<Cs, Latest<Setpoint>, 2>,
+    pub cmd: &'static Record<Cs, Mailbox<u8>, 2>,
     pub responder: &'static Responder<Cs, 256>,
     pub ready: &'static Readiness<1>,
+    /// The framed connector's counters (reported as `framed`).
+    pub counters: &'static Counters,
+    /// The connector's link state, written by it and reported by `stats`.
+    pub link: &'static Record<Cs, Latest<LinkState>, 1>,
 }
 
 impl Node {
     /// Four records: `readings` (read-only stream of a struct), `led`
     /// (writable bool), `setpoint` (writable struct), `cmd` (read-only
-    /// mailbox).
+    /// mailbox); its connector is the framed one of [`Self::serve_tcp`],
+    /// reported as `framed`.
     pub fn new() -> Self {
+        let counters = leak(Counters::new());
+        Self::build("framed", counters, counters)
+    }
+
+    /// The same records, reporting one connector named `name` with
+    /// `counted` as its counters and [`Self::link`] as its link (for a
+    /// connector other than [`Self::serve_tcp`]'s).
+    pub fn with_connector(name: &'static str, counted: &'static (dyn Counted + Sync)) -> Self {
+        Self::build(name, counted, leak(Counters::new()))
+    }
+
+    fn build(
+        name: &'static str,
+        counted: &'static (dyn Counted + Sync),
+        counters: &'static Counters,
+    ) -> Self {
         let readings = leak(Record::new("readings"));
         let led = leak(Record::new("led"));
         let setpoint = leak(Record::new("setpoint"));
@@ -66,13 +89,18 @@ impl Node {
                 .writable(),
             Description::of(cmd),
         ]));
+        let link = leak(Record::new("link"));
+        let connectors: &'static [Connector] =
+            Box::leak(Box::new([Connector::new(name, counted).link(link)]));
         Self {
             readings,
             led,
             setpoint,
             cmd,
-            responder: leak(Responder::new(table)),
+            responder: leak(Responder::new(table).with_connectors(connectors)),
             ready: leak(Readiness::new()),
+            counters,
+            link,
         }
     }
 
@@ -83,7 +111,7 @@ impl Node {
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
         let (responder, ready) = (self.responder, self.ready);
-        let counters = leak(Counters::new());
+        let (counters, link) = (self.counters, self.link);
         tokio_io::run_on_thread("node", move || async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             loop {
@@ -107,7 +135,7 @@ impl Node {
                     Duration::from_secs(1),
                     Duration::from_secs(3),
                 ));
-                let mut framed = Framed::new(counters).with_config(config);
+                let mut framed = Framed::new(counters).with_config(config).with_link(link);
                 let _ = framed
                     .run_with_timer(rx, tx, TokioDelay, &mut dispatch, &mut routes)
                     .await;
@@ -118,23 +146,44 @@ impl Node {
     }
 }
 
-/// Runs `aimdb` with `args`, killed if it takes longer than [`WAIT`].
-pub fn aimdb(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_aimdb"))
+/// Waits (polling every 10 ms) until `cond` holds; fails after [`WAIT`].
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < WAIT,
+            "timed out after {WAIT:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Starts `aimdb` with `args`, its output piped; the caller ends it.
+pub fn spawn_aimdb(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_aimdb"))
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("run aimdb");
+        .expect("run aimdb")
+}
+
+/// Waits for `child` to exit, killing it (and failing) after [`WAIT`].
+pub fn finish(mut child: Child, what: &str) -> Output {
     let start = Instant::now();
     while child.try_wait().expect("wait").is_none() {
         if start.elapsed() > WAIT {
             let _ = child.kill();
-            panic!("aimdb {args:?} did not finish within {WAIT:?}");
+            panic!("{what} did not finish within {WAIT:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     child.wait_with_output().expect("output")
+}
+
+/// Runs `aimdb` with `args`, killed if it takes longer than [`WAIT`].
+pub fn aimdb(args: &[&str]) -> Output {
+    finish(spawn_aimdb(args), &format!("aimdb {args:?}"))
 }
 
 pub fn stdout(o: &Output) -> String {
