@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use aimdb_core::link::{LinkState, Status};
 use aimdb_core::remote::proto::{Body, ConnectorStats, Entry, Info};
-use aimdb_core::remote::Op;
+use aimdb_core::remote::{Op, ResponderStats};
 use serde_json::{json, Value};
 
 use crate::link::{self, Client, MqttArgs};
@@ -120,7 +120,10 @@ pub(crate) async fn list_all(c: &mut Client) -> Result<Vec<Entry>, Fail> {
 
 /// Every stats page: the records' counters, and the connectors' (from
 /// the first page).
-async fn stats_all(c: &mut Client) -> Result<(Vec<(String, u64, u64)>, Vec<ConnectorStats>), Fail> {
+/// Every record's counters, the connectors', and the responder's.
+type AllStats = (Vec<(String, u64, u64)>, Vec<ConnectorStats>, ResponderStats);
+
+async fn stats_all(c: &mut Client) -> Result<AllStats, Fail> {
     let mut all = Vec::new();
     let mut conns = Vec::new();
     loop {
@@ -131,6 +134,7 @@ async fn stats_all(c: &mut Client) -> Result<(Vec<(String, u64, u64)>, Vec<Conne
                 from,
                 entries,
                 connectors,
+                responder,
             } => {
                 if from == 0 {
                     conns = connectors;
@@ -140,7 +144,7 @@ async fn stats_all(c: &mut Client) -> Result<(Vec<(String, u64, u64)>, Vec<Conne
                 all.truncate(usize::from(from));
                 all.extend(entries);
                 if done {
-                    return Ok((all, conns));
+                    return Ok((all, conns, responder));
                 }
             }
             b => return Err(unexpected(&b)),
@@ -345,7 +349,7 @@ fn link_text(l: &LinkState) -> String {
 }
 
 async fn stats(cli: &Cli, c: &mut Client) -> Result<(), Fail> {
-    let (all, conns) = stats_all(c).await?;
+    let (all, conns, own) = stats_all(c).await?;
     if cli.json {
         let records: Vec<Value> = all
             .iter()
@@ -371,7 +375,17 @@ async fn stats(cli: &Cli, c: &mut Client) -> Result<(), Fail> {
                 })
             })
             .collect();
-        print_json(&json!({ "records": records, "connectors": connectors }));
+        let responder = json!({
+            "requests": own.requests,
+            "answered": own.answered,
+            "malformed": own.malformed,
+            "busy": own.busy,
+            "denied": own.denied,
+            "updates": own.updates,
+        });
+        print_json(
+            &json!({ "records": records, "connectors": connectors, "responder": responder }),
+        );
         return Ok(());
     }
     let rows: Vec<Vec<String>> = all
@@ -398,6 +412,10 @@ async fn stats(cli: &Cli, c: &mut Client) -> Result<(), Fail> {
             ]
         })
         .collect();
+    println!(
+        "\nresponder: {} requests, {} answers, {} malformed, {} busy, {} refused writes, {} watch updates",
+        own.requests, own.answered, own.malformed, own.busy, own.denied, own.updates
+    );
     if !rows.is_empty() {
         println!();
         print!(
