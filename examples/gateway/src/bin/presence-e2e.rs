@@ -9,7 +9,8 @@
 //!    open) → the device is `offline` with cause `silent` within the
 //!    heartbeat timeout; resumed (SIGCONT) → `online` again;
 //! 3. QEMU killed (SIGKILL: the stream closes) → `offline`, cause
-//!    `closed`; a new QEMU → `online`;
+//!    `closed` (or `io` if a write met the dead socket first; never
+//!    `silent`); a new QEMU → `online`;
 //! 4. the gateway killed (SIGKILL) → its will: `offline`, cause `lost`,
 //!    the sequence of its birth.
 //!
@@ -255,7 +256,11 @@ async fn run(args: &Args) -> Result<String, String> {
             |p| p.status == Status::Offline,
         )
         .await?;
-    if closed.cause != Some(Cause::Closed) {
+    // The stream ends, seen as `closed` when the gateway reads the end
+    // first, or `io` when a write to the dead socket comes first (the
+    // gateway reads the device's table at each birth, so a request may be
+    // on its way); never `silent`, which would mean the end went unseen.
+    if !matches!(closed.cause, Some(Cause::Closed | Cause::Io)) {
         return Err(format!("killed device reported {closed:?}"));
     }
     println!("presence-e2e: killed device offline after {after:.1?}: {closed:?}");
