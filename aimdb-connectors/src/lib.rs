@@ -200,6 +200,29 @@ extern crate std;
 #[macro_use]
 mod log_shim;
 
+/// `aimdb_core::remote::Counted` for a connector's shared counters, from
+/// the fields its `snapshot()` has in common with `LinkCounters`.
+#[cfg(feature = "remote")]
+macro_rules! counted {
+    ($counters:ty) => {
+        impl aimdb_core::remote::Counted for $counters {
+            fn link_counters(&self) -> aimdb_core::remote::LinkCounters {
+                let s = self.snapshot();
+                aimdb_core::remote::LinkCounters {
+                    sent: s.sent,
+                    received: s.received,
+                    rejected: s.rejected,
+                    dropped: s.dropped,
+                    lagged: s.lagged,
+                    reconnects: s.reconnects,
+                }
+            }
+        }
+    };
+}
+#[cfg(feature = "remote")]
+pub(crate) use counted;
+
 pub mod connect;
 #[cfg(feature = "embassy-net")]
 pub mod embassy_net;

@@ -202,19 +202,7 @@ fn bump(c: &AtomicU32) {
 }
 
 #[cfg(feature = "remote")]
-impl aimdb_core::remote::Counted for Counters {
-    fn link_counters(&self) -> aimdb_core::remote::LinkCounters {
-        let s = self.snapshot();
-        aimdb_core::remote::LinkCounters {
-            sent: s.sent,
-            received: s.received,
-            rejected: s.rejected,
-            dropped: s.dropped,
-            lagged: s.lagged,
-            reconnects: s.reconnects,
-        }
-    }
-}
+crate::counted!(Counters);
 
 #[cfg(test)]
 mod tests {

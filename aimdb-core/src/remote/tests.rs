@@ -441,35 +441,16 @@ fn a_watch_leaves_commands_to_their_consumer_and_needs_a_free_slot() {
     node!(READINGS, LED, CMD, RESPONDER, READY);
     tables!(RESPONDER, READY, 256, dispatch, routes);
 
+    let watch = |id, record| request(id, Op::Watch { record, credit: 5 });
     // The command record's one slot is the consumer's: not watchable.
     let consumer = CMD.subscribe().unwrap();
-    let r = ask(
-        &mut dispatch,
-        &mut routes,
-        &request(
-            1,
-            Op::Watch {
-                record: "cmd",
-                credit: 5,
-            },
-        ),
-    );
+    let r = ask(&mut dispatch, &mut routes, &watch(1, "cmd"));
     assert_eq!(r.result, Err(RequestError::NotWatchable));
     drop(consumer);
 
     // With the slot free the watch runs; a command written is shown and
     // still taken by the consumer that comes for it.
-    let r = ask(
-        &mut dispatch,
-        &mut routes,
-        &request(
-            2,
-            Op::Watch {
-                record: "cmd",
-                credit: 5,
-            },
-        ),
-    );
+    let r = ask(&mut dispatch, &mut routes, &watch(2, "cmd"));
     assert!(r.result.is_ok(), "{r:?}");
     CMD.write(9);
     let r = decode(&futures_lite_next(&mut routes));
@@ -478,17 +459,7 @@ fn a_watch_leaves_commands_to_their_consumer_and_needs_a_free_slot() {
     };
     assert_eq!(postcard::from_bytes::<u8>(&v).unwrap(), 9);
     assert_eq!(CMD.with_newest(|v| v.copied()), Some(9), "not taken");
-    let r = ask(
-        &mut dispatch,
-        &mut routes,
-        &request(
-            3,
-            Op::Watch {
-                record: "nope",
-                credit: 5,
-            },
-        ),
-    );
+    let r = ask(&mut dispatch, &mut routes, &watch(3, "nope"));
     assert_eq!(r.result, Err(RequestError::UnknownRecord));
 }
 
