@@ -63,15 +63,16 @@ doc:
 publish-check:
 	$(CARGO) publish --dry-run --allow-dirty -p aimdb-core -p aimdb-connectors
 
+## The workspace with default and with all features; then every feature
+## of the two library crates on its own (cargo-hack, `make deps`):
+## aimdb-core's tests too (but `defmt`, which needs a firmware's logger),
+## both libraries' code alone.
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
-	$(CARGO) clippy -p aimdb-connectors --all-targets --all-features -- -D warnings
-	$(CARGO) clippy -p aimdb-connectors --lib --features mqtt -- -D warnings
-	$(CARGO) clippy -p aimdb-core --all-targets -- -D warnings
-	$(CARGO) clippy -p aimdb-core --all-targets --features std,json -- -D warnings
-	$(CARGO) clippy -p aimdb-connectors --lib --features mqtt,log -- -D warnings
-	$(CARGO) clippy -p aimdb-core --lib --features defmt -- -D warnings
+	$(CARGO) hack clippy -p aimdb-core --each-feature --exclude-features defmt \
+	  --all-targets -- -D warnings
+	$(CARGO) hack clippy -p aimdb-core -p aimdb-connectors --each-feature --lib -- -D warnings
 
 ## Loom model of the outbound wake-up path, and clippy on the loom build
 ## (own target dir: other RUSTFLAGS).

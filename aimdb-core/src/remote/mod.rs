@@ -978,5 +978,6 @@ impl<M: RawMutex, const N: usize> Encode<Job<N>> for Answers<'_, M, N> {
     }
 }
 
-#[cfg(test)]
+// Host-side decoding (the owned `Body`) needs `alloc`.
+#[cfg(all(test, feature = "alloc"))]
 mod tests;
