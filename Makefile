@@ -64,10 +64,11 @@ publish-check:
 	$(CARGO) publish --dry-run --allow-dirty -p aimdb-core -p aimdb-connectors
 
 ## The workspace with default and with all features; then every feature
-## of the two library crates on its own (cargo-hack, `make deps`):
-## aimdb-core's tests too (but `defmt`, which needs a firmware's logger),
-## both libraries' code alone.
+## of the two library crates on its own (cargo-hack, installed here when
+## missing): aimdb-core's tests too (but `defmt`, which needs a firmware's
+## logger), both libraries' code alone.
 clippy:
+	@command -v cargo-hack >/dev/null || $(CARGO) install cargo-hack --locked --version 0.6.46
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 	$(CARGO) hack clippy -p aimdb-core --each-feature --exclude-features defmt \

@@ -19,12 +19,6 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get update -q
     apt-get install -y -q "${need[@]}"
 fi
-# `make clippy` lints each feature of the two library crates with
-# cargo-hack.
-if ! command -v cargo-hack >/dev/null; then
-    echo "==> installing cargo-hack"
-    cargo install cargo-hack --locked --version 0.6.46
-fi
 # The Cortex-M toolchain route is chosen (and installed) by
 # `cargo xtask firmware` itself.
 cd "$(dirname "$0")/.." && cargo xtask firmware toolchain
