@@ -1082,7 +1082,9 @@ async fn write_loop<W: Write, S: MessageSource + ?Sized>(
             let (urgent, lagged) = (m.urgent, m.lagged);
             match frame::encode(m.topic, m.payload, &mut buf[out.len..]) {
                 Ok(n) => {
-                    bump(&counters.lagged, lagged as u32);
+                    if lagged > 0 {
+                        bump(&counters.lagged, lagged as u32);
+                    }
                     if urgent {
                         // Move the frame just encoded ahead of the normal
                         // frames of this batch.
@@ -1094,7 +1096,9 @@ async fn write_loop<W: Write, S: MessageSource + ?Sized>(
                 // The batch is full: send it; this message stays held.
                 Err(_) if out.len > 0 => break,
                 Err(_) => {
-                    bump(&counters.lagged, lagged as u32);
+                    if lagged > 0 {
+                        bump(&counters.lagged, lagged as u32);
+                    }
                     bump(&counters.dropped, 1);
                 }
             }

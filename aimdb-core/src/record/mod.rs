@@ -79,6 +79,21 @@ struct State<B: Buffer, const R: usize> {
     replaced: u64,
 }
 
+impl<B: Buffer, const R: usize> State<B, R> {
+    /// Stores `w` as reader `i`'s waker (a clone only if it would not wake
+    /// the same task) and sets its waiting bit; the waker it replaced, to
+    /// be dropped after the critical section.
+    #[inline(always)]
+    fn park(&mut self, i: usize, w: &Waker) -> Option<Waker> {
+        let old = match &self.wakers[i] {
+            Some(old) if old.will_wake(w) => None,
+            _ => self.wakers[i].replace(w.clone()),
+        };
+        self.waiting |= 1 << i;
+        old
+    }
+}
+
 /// The result of one receive attempt: what was taken and whether the
 /// reader is now registered for the next write (see [`Record::take`]).
 pub(crate) struct Taken<T> {
@@ -236,7 +251,7 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
     }
 
     /// Claims a reader slot by index; released by [`Self::unsubscribe`].
-    fn subscribe_slot(&self) -> Result<u8, SubscribeError> {
+    pub(crate) fn subscribe_slot(&self) -> Result<u8, SubscribeError> {
         self.state.lock(|s| {
             let mut s = s.borrow_mut();
             let cursor = s.buf.subscribe();
@@ -283,11 +298,7 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
                 Take::Lagged(_) => false,
             };
             if park {
-                match &s.wakers[i] {
-                    Some(old) if old.will_wake(w) => {}
-                    _ => old = s.wakers[i].replace(w.clone()),
-                }
-                s.waiting |= 1 << i;
+                old = s.park(i, w);
             }
             Taken { take, armed: park }
         });
@@ -295,39 +306,23 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
         t
     }
 
-    /// Claims a reader slot for a remote watch: it never takes a value
-    /// (a `Mailbox` command stays for its consumer), it is only woken by
-    /// writes ([`Self::poll_changed`]). Released by [`Self::release_slot`].
-    /// While held it counts as a subscribed reader for [`Self::replaced`].
-    #[cfg(feature = "remote")]
-    pub(crate) fn watch_slot(&self) -> Result<u8, SubscribeError> {
-        self.subscribe_slot()
-    }
-
-    /// Releases a slot of [`Self::watch_slot`].
-    #[cfg(feature = "remote")]
-    pub(crate) fn release_slot(&self, i: usize) {
-        self.unsubscribe(i);
-    }
-
-    /// For watch slot `i`: the write count if it differs from `seen`;
-    /// otherwise `None`, with `w` stored to be woken by the next write (in
-    /// the same critical section as the look, as [`Self::take`] does).
+    /// For a remote watch on slot `i` (claimed with `subscribe_slot`,
+    /// released with `unsubscribe`; it never takes a value, so a `Mailbox`
+    /// command stays for its consumer, and while held it counts as a
+    /// subscribed reader for [`Self::replaced`]): the write count if it
+    /// differs from `seen`; otherwise `None`, with `w` stored to be woken by
+    /// the next write (in the same critical section as the look, as
+    /// [`Self::take`] does).
     #[cfg(feature = "remote")]
     pub(crate) fn poll_changed(&self, i: usize, seen: u64, w: &Waker) -> Option<u64> {
         let mut old = None;
         let changed = self.state.lock(|s| {
             let mut s = s.borrow_mut();
-            let s = &mut *s;
             if s.writes != seen {
                 return Some(s.writes);
             }
             if s.cursors[i].is_some() {
-                match &s.wakers[i] {
-                    Some(o) if o.will_wake(w) => {}
-                    _ => old = s.wakers[i].replace(w.clone()),
-                }
-                s.waiting |= 1 << i;
+                old = s.park(i, w);
             }
             None
         });
@@ -345,7 +340,7 @@ impl<M: RawMutex, B: Buffer, const R: usize> Record<M, B, R> {
         });
     }
 
-    fn unsubscribe(&self, i: usize) {
+    pub(crate) fn unsubscribe(&self, i: usize) {
         let old = self.state.lock(|s| {
             let mut s = s.borrow_mut();
             s.cursors[i] = None;

@@ -202,7 +202,7 @@ where
     }
 
     fn watch(&self) -> Option<u8> {
-        self.watch_slot().ok()
+        self.subscribe_slot().ok()
     }
 
     fn poll_changed(&self, slot: u8, seen: u64, waker: &Waker) -> Option<u64> {
@@ -210,7 +210,7 @@ where
     }
 
     fn unwatch(&self, slot: u8) {
-        self.release_slot(usize::from(slot));
+        self.unsubscribe(usize::from(slot));
     }
 }
 
