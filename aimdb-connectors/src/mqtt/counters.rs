@@ -24,6 +24,9 @@ pub struct Counters {
     ack_timeouts: AtomicU32,
     cleared: AtomicU32,
     lagged: AtomicU32,
+    writes: AtomicU32,
+    acked: AtomicU32,
+    in_flight: AtomicU32,
     /// [`Cause::pack`]ed, 0: none yet.
     last_error: AtomicU32,
     connected: AtomicBool,
@@ -59,6 +62,17 @@ pub struct Stats {
     /// Values outbound `Ring` routes lost before they could be sent
     /// (the reader fell behind, e.g. while the broker was away); wraps.
     pub lagged: u32,
+    /// Writes to the transport (each a system call on a host socket):
+    /// with [`Mqtt::with_write_buffer`](super::Mqtt::with_write_buffer),
+    /// messages ready together share one; wraps.
+    pub writes: u32,
+    /// QoS 1/2 publishes the broker has acknowledged (PUBACK, or PUBCOMP
+    /// at QoS 2), whatever its reason code; wraps.
+    pub acked: u32,
+    /// QoS 1/2 publishes admitted to the session and not yet
+    /// acknowledged, right now: retransmitted on a resumed session,
+    /// discarded with a new one.
+    pub in_flight: u32,
     /// Whether the connector is connected and subscribed right now.
     pub connected: bool,
 }
@@ -76,6 +90,9 @@ impl Counters {
             ack_timeouts: AtomicU32::new(0),
             cleared: AtomicU32::new(0),
             lagged: AtomicU32::new(0),
+            writes: AtomicU32::new(0),
+            acked: AtomicU32::new(0),
+            in_flight: AtomicU32::new(0),
             last_error: AtomicU32::new(0),
             connected: AtomicBool::new(false),
         }
@@ -128,6 +145,21 @@ impl Counters {
         self.lagged.load(Ordering::Relaxed)
     }
 
+    /// Transport writes; see [`Stats::writes`].
+    pub fn writes(&self) -> u32 {
+        self.writes.load(Ordering::Relaxed)
+    }
+
+    /// Acknowledged QoS 1/2 publishes; see [`Stats::acked`].
+    pub fn acked(&self) -> u32 {
+        self.acked.load(Ordering::Relaxed)
+    }
+
+    /// QoS 1/2 publishes unacknowledged now; see [`Stats::in_flight`].
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
     /// Why the last connection attempt failed or the last connection
     /// ended (`None` until the first failure). It stays after a successful
     /// reconnect: it is the last error, not the state (see
@@ -153,6 +185,9 @@ impl Counters {
             ack_timeouts: self.ack_timeouts(),
             cleared: self.cleared(),
             lagged: self.lagged(),
+            writes: self.writes(),
+            acked: self.acked(),
+            in_flight: self.in_flight(),
             connected: self.is_connected(),
         }
     }
@@ -187,6 +222,23 @@ impl Counters {
             self.lagged
                 .store(c.wrapping_add(n as u32), Ordering::Relaxed);
         }
+    }
+    pub(super) fn bump_writes(&self) {
+        bump(&self.writes);
+    }
+    /// A QoS 1/2 publish admitted to the session.
+    pub(super) fn admit(&self) {
+        bump(&self.in_flight);
+    }
+    /// A PUBACK or PUBCOMP received.
+    pub(super) fn ack(&self) {
+        bump(&self.acked);
+        let n = self.in_flight.load(Ordering::Relaxed);
+        self.in_flight.store(n.saturating_sub(1), Ordering::Relaxed);
+    }
+    /// A new session: nothing of the old one is in flight.
+    pub(super) fn clear_in_flight(&self) {
+        self.in_flight.store(0, Ordering::Relaxed);
     }
     pub(super) fn set_last_error(&self, cause: Cause) {
         self.last_error.store(cause.pack(), Ordering::Relaxed);

@@ -18,7 +18,9 @@
 //!   the connection;
 //! - publishes in the order [`MessageSource`] hands messages out, so
 //!   urgent routes (`outbound::Builder::link_urgent`) go out before the
-//!   normal ones ready with them;
+//!   normal ones ready with them; what is ready together goes out in one
+//!   burst, without parking in between, and with a write buffer
+//!   ([`Mqtt::with_write_buffer`]) in a few transport writes;
 //! - after a drop it reconnects with bounded exponential [`Backoff`]
 //!   (limited or disabled by [`Reconnect`]), resubscribes, re-sends a
 //!   message whose publish the drop interrupted, and calls
@@ -92,6 +94,13 @@
 //! `mqtt` raises the crate's MSRV from 1.87; older 0.13 releases lack
 //! packet-id and reconnect fixes), and its clock is `embassy-time` rather
 //! than a trait we pass in (hence the std driver under `tokio`).
+//!
+//! One cost is a limit, not accepted for good: minimq keeps at most **8**
+//! QoS 1/2 publishes unacknowledged (a fixed table, not configurable).
+//! On a device that is plenty; on a host at QoS 1 it makes the throughput
+//! a matter of round trips to the broker (`b4_mqtt` in the bench guide
+//! measures it against rumqttc, which keeps 100). [`Stats::in_flight`] and
+//! [`Stats::acked`] show the window at work.
 //!
 //! # Example (tokio, multi-thread runtime)
 //!
@@ -364,8 +373,12 @@ pub struct Parts<'a, C, D> {
     /// payload the broker may send, plus ~16 bytes.
     pub rx: &'a mut [u8],
     /// Holds outbound encodes and QoS 1/2 packets awaiting
-    /// acknowledgement: size it for the largest outbound packet plus the
-    /// CONNECT packet, plus what may be in flight.
+    /// acknowledgement: size it for the CONNECT packet plus the largest
+    /// outbound packet, plus the bytes of what may be in flight. It bounds
+    /// the in-flight *bytes*; the in-flight *count* is bounded apart, at
+    /// most 8 QoS 1/2 publishes unacknowledged (minimq's fixed table; the
+    /// broker's receive maximum if lower), whatever this slice's size.
+    /// [`Stats::in_flight`] shows the count.
     pub tx: &'a mut [u8],
     /// The counters this connector updates, readable from anywhere.
     pub counters: &'a Counters,
@@ -405,6 +418,9 @@ pub struct Mqtt<'a, C: Connect, D: DelayNs> {
     link: Option<&'a (dyn Sink<LinkState> + Sync)>,
     /// The birth sequence of the last connection that came up.
     seq: u64,
+    /// Where messages published together are gathered into one transport
+    /// write ([`Mqtt::with_write_buffer`]); empty: no gathering.
+    batch: &'a mut [u8],
 }
 
 impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
@@ -462,6 +478,7 @@ impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
             counters,
             link: None,
             seq,
+            batch: &mut [],
         })
     }
 
@@ -474,6 +491,26 @@ impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
     #[must_use]
     pub fn with_link(mut self, link: &'a (dyn Sink<LinkState> + Sync)) -> Self {
         self.link = Some(link);
+        self
+    }
+
+    /// The same connector, gathering the messages it publishes together
+    /// into `buf` and writing them to the transport in one write.
+    ///
+    /// Without it each packet is one transport write. That is what a
+    /// firmware wants: an embassy-net socket (or a UART driver) already
+    /// copies each write into its own TX buffer, and RAM is scarce. On a
+    /// host each write is a system call (and with TLS a record), so a
+    /// buffer of a few KiB lets a burst of ready messages (a `Ring`
+    /// backlog, many routes written at once) go out in a few writes
+    /// instead of one each. Bytes gathered are always written before the
+    /// connector waits for anything: for the broker to answer, for a
+    /// record, for the keep-alive timer. A publish of `buf.len()` bytes
+    /// or more is written directly. [`Stats::writes`] counts transport
+    /// writes.
+    #[must_use]
+    pub fn with_write_buffer(mut self, buf: &'a mut [u8]) -> Self {
+        self.batch = buf;
         self
     }
 

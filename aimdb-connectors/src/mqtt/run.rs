@@ -14,7 +14,7 @@ use minimq::{
     ConnectEvent, Connection, InboundPublish, Io, PubError, Publication, ResourceError,
     RetainHandling, SubscriptionOptions, TopicFilter,
 };
-use portable_atomic::{AtomicU32, Ordering};
+use portable_atomic::{AtomicBool, AtomicU32, Ordering};
 
 use super::{minimq_qos, Cause, Config, Connect, Counters, Mqtt, Presence, QoS};
 use crate::connect::Duplex;
@@ -51,31 +51,141 @@ fn will_payload(seq: u64) -> [u8; WILL_LEN] {
     out
 }
 
-/// The transport, counting reads that returned data (the connector's only
-/// way to tell that the broker said something: minimq's `poll` also
-/// returns after its own writes). A count, not a clock: an `AtomicU32`
-/// with one writer needs no read-modify-write, so this works on
-/// `thumbv6m`, and keeps the connector future `Send`.
+/// The transport as the session sees it. It
 ///
-/// With presence, it also puts the connection's will payload in place of
-/// [`WILL_PLACEHOLDER`] in the CONNECT (the first packet written; the
-/// handshake flushes right after it, which ends the search).
+/// - counts reads that returned data (the connector's only way to tell
+///   that the broker said something: minimq's `poll` also returns after
+///   its own writes). A count, not a clock: an `AtomicU32` with one writer
+///   needs no read-modify-write, so this works on `thumbv6m`, and keeps
+///   the connector future `Send`;
+/// - follows the packets read ([`Acks`]) and counts acknowledgements into
+///   [`Counters`];
+/// - with presence, puts the connection's will payload in place of
+///   [`WILL_PLACEHOLDER`] in the CONNECT (the first packet written; the
+///   handshake flushes right after it, which ends the search);
+/// - with a write buffer ([`Mqtt::with_write_buffer`]), gathers writes in
+///   it ([`Batch`]) while `hold` is set, and writes them out at the first
+///   flush without `hold`, or before any read: the session reads only
+///   when it waits for the broker, which must have seen them first.
 struct Heard<'h, IO> {
     io: IO,
     reads: &'h AtomicU32,
+    counters: &'h Counters,
+    acks: Acks,
     will: Option<&'h [u8; WILL_LEN]>,
+    batch: Batch<'h>,
+    hold: &'h AtomicBool,
+}
+
+/// Bytes written into the batch buffer and not yet to the transport:
+/// `buf[start..end]`. `start` moves with each transport write, so a
+/// write cancelled half-way resumes where it stopped.
+struct Batch<'b> {
+    buf: &'b mut [u8],
+    start: usize,
+    end: usize,
+    /// Written out of the buffer since the transport's last flush.
+    unflushed: bool,
+}
+
+impl<'b> Batch<'b> {
+    fn new(buf: &'b mut [u8]) -> Self {
+        Self {
+            buf,
+            start: 0,
+            end: 0,
+            unflushed: false,
+        }
+    }
+}
+
+/// Follows the MQTT packets of the inbound byte stream by their fixed
+/// headers (type, then the remaining length's 1–4 bytes), skipping their
+/// bodies, to see each PUBACK and PUBCOMP go by. It never decodes a body,
+/// so it cannot disagree with the session on a valid stream; on an
+/// invalid one the session drops the connection and a new `Acks` starts.
+#[derive(Default)]
+struct Acks {
+    /// Body bytes of the current packet still to skip.
+    skip: u32,
+    /// Inside a fixed header: the packet type, then the remaining length
+    /// read so far and its next byte's shift.
+    header: Option<(u8, u32, u32)>,
+}
+
+impl Acks {
+    /// Feeds `bytes`; returns how many acknowledgements they completed.
+    fn feed(&mut self, mut bytes: &[u8]) -> u32 {
+        let mut acks = 0;
+        while let Some((&b, rest)) = bytes.split_first() {
+            if self.skip > 0 {
+                let n = bytes.len().min(self.skip as usize);
+                self.skip -= n as u32;
+                bytes = &bytes[n..];
+                continue;
+            }
+            bytes = rest;
+            match self.header {
+                None => self.header = Some((b >> 4, 0, 0)),
+                Some((kind, len, shift)) => {
+                    let len = len | (u32::from(b & 0x7F) << shift);
+                    if b & 0x80 != 0 && shift < 21 {
+                        self.header = Some((kind, len, shift + 7));
+                        continue;
+                    }
+                    // PUBACK (4) and PUBCOMP (7) end a QoS 1 and a QoS 2
+                    // publish.
+                    acks += u32::from(kind == 4 || kind == 7);
+                    self.header = None;
+                    self.skip = len;
+                }
+            }
+        }
+        acks
+    }
 }
 
 impl<IO: ErrorType> ErrorType for Heard<'_, IO> {
     type Error = IO::Error;
 }
 
-impl<IO: Read> Read for Heard<'_, IO> {
+impl<IO: Write> Heard<'_, IO> {
+    /// Writes the batch out. `false`: the transport took nothing (against
+    /// its contract; the caller reports it as the transport closing).
+    async fn drain(&mut self) -> Result<bool, IO::Error> {
+        let b = &mut self.batch;
+        while b.start < b.end {
+            let n = self.io.write(&b.buf[b.start..b.end]).await?;
+            if n == 0 {
+                return Ok(false);
+            }
+            self.counters.bump_writes();
+            b.start += n;
+            b.unflushed = true;
+        }
+        b.start = 0;
+        b.end = 0;
+        Ok(true)
+    }
+}
+
+impl<IO: Read + Write> Read for Heard<'_, IO> {
     async fn read(&mut self, buf: &mut [u8]) -> Result<usize, Self::Error> {
+        // The broker answers only what it has seen.
+        if !self.drain().await? {
+            return Ok(0);
+        }
+        if self.batch.unflushed {
+            self.io.flush().await?;
+            self.batch.unflushed = false;
+        }
         let n = self.io.read(buf).await?;
         if n > 0 {
             let r = self.reads.load(Ordering::Relaxed);
             self.reads.store(r.wrapping_add(1), Ordering::Relaxed);
+            for _ in 0..self.acks.feed(&buf[..n]) {
+                self.counters.ack();
+            }
         }
         Ok(n)
     }
@@ -87,22 +197,53 @@ impl<IO: Write> Write for Heard<'_, IO> {
             match find(buf, &WILL_PLACEHOLDER) {
                 // Up to the placeholder first (the caller writes the rest
                 // again), so the placeholder is never split.
-                Some(at) if at > 0 => return self.io.write(&buf[..at]).await,
+                Some(at) if at > 0 => return self.direct(&buf[..at]).await,
                 Some(_) => {
                     self.io.write_all(will).await?;
+                    self.counters.bump_writes();
                     self.will = None;
                     return Ok(WILL_LEN);
                 }
                 None => {}
             }
         }
-        self.io.write(buf).await
+        let cap = self.batch.buf.len();
+        if self.batch.end + buf.len() > cap {
+            if !self.drain().await? {
+                return Ok(0);
+            }
+            if buf.len() >= cap {
+                return self.direct(buf).await;
+            }
+        }
+        let b = &mut self.batch;
+        b.buf[b.end..b.end + buf.len()].copy_from_slice(buf);
+        b.end += buf.len();
+        Ok(buf.len())
     }
 
     async fn flush(&mut self) -> Result<(), Self::Error> {
         // The CONNECT is out: nothing later carries the placeholder.
         self.will = None;
+        if self.hold.load(Ordering::Relaxed) && !self.batch.buf.is_empty() {
+            return Ok(());
+        }
+        if !self.drain().await? {
+            // Reported by the next read, as the transport closing.
+            return Ok(());
+        }
+        self.batch.unflushed = false;
         self.io.flush().await
+    }
+}
+
+impl<IO: Write> Heard<'_, IO> {
+    /// One write straight to the transport (the batch is empty).
+    async fn direct(&mut self, buf: &[u8]) -> Result<usize, IO::Error> {
+        let n = self.io.write(buf).await?;
+        self.counters.bump_writes();
+        self.batch.unflushed = true;
+        Ok(n)
     }
 }
 
@@ -214,6 +355,7 @@ where
         counters,
         link: link_sink,
         seq,
+        batch,
     } = mqtt;
     let counters: &Counters = counters;
     let mut stop = pin!(stop);
@@ -228,6 +370,8 @@ where
     let mut retry: Option<Ready> = None;
     // Reads with data on the current transport (see `Heard`).
     let reads = AtomicU32::new(0);
+    // Set while a burst of ready messages is published (see `serve`).
+    let hold = AtomicBool::new(false);
     // minimq opens the first connection after boot with Clean Start = 1
     // (it has no session yet, and no option to ask for one). mosquitto (2.0,
     // checked with `mosquitto_sub -V mqttv5 -x 300`) then keeps the session
@@ -255,13 +399,20 @@ where
             let io = Heard {
                 io: Duplex { rx, tx },
                 reads: &reads,
+                counters,
+                acks: Acks::default(),
                 will: presence.map(|_| &will),
+                batch: Batch::new(batch),
+                hold: &hold,
             };
             let mut conn = session
                 .connect(io)
                 .await
                 .map_err(|e| Dropped(Cause::of(&e, true)))?;
             let fresh = conn.connect_event() == ConnectEvent::Connected;
+            if fresh {
+                counters.clear_in_flight();
+            }
             if fresh && reopen {
                 // Subscribed first: the reopened session keeps them.
                 subscribe_all(&mut conn, sink, config.subscribe_qos, counters).await?;
@@ -341,17 +492,19 @@ where
                 // value goes out again on the new connection.
                 source.replay_latest();
             }
-            serve(
+            let r = serve(
                 &mut conn,
                 sink,
                 source,
                 config,
                 counters,
-                &reads,
+                (&reads, &hold),
                 &mut retry,
                 stop.as_mut(),
             )
-            .await
+            .await;
+            hold.store(false, Ordering::Relaxed);
+            r
         };
         let cause = match served.await {
             Ok(()) => {
@@ -410,7 +563,12 @@ where
             .qos(q)
             .retain();
         match conn.publish(p).await {
-            Ok(_) => break,
+            Ok(_) => {
+                if q != minimq::QoS::AtMostOnce {
+                    counters.admit();
+                }
+                break;
+            }
             Err(PubError::Session(minimq::Error::NotReady | minimq::Error::Resource(_))) => {
                 progress(conn, sink, counters, None).await?
             }
@@ -469,7 +627,7 @@ async fn serve<IO, S, M, F>(
     source: &mut M,
     config: &Config<'_>,
     counters: &Counters,
-    reads: &AtomicU32,
+    (reads, hold): (&AtomicU32, &AtomicBool),
     retry: &mut Option<Ready>,
     mut stop: Pin<&mut F>,
 ) -> Result<(), Dropped>
@@ -502,14 +660,8 @@ where
                 deliver(sink, counters, &p);
                 live.update(conn);
                 // And outbound is not starved by a busy inbound side: after
-                // each received message, one ready outbound message goes.
-                let now = poll_fn(|cx| {
-                    Poll::Ready(match source.poll_ready(cx) {
-                        Poll::Ready(r) => Some(r),
-                        Poll::Pending => None,
-                    })
-                });
-                match now.await {
+                // each received message, what is ready goes.
+                match now_ready(source).await {
                     Some(r) => r,
                     None => continue,
                 }
@@ -522,12 +674,43 @@ where
             Either::First(Err(e)) => return Err(Dropped(Cause::of(&e, false))),
             Either::Second(r) => r,
         };
-        let m = source.message(ready);
-        if let Err(d) = publish(conn, sink, m, counters, &mut live).await {
-            *retry = Some(ready);
-            return Err(d);
+        // A burst: what is ready now goes out without parking in between,
+        // gathered into few transport writes (`Heard`), up to `BURST`
+        // messages; then inbound and keep-alive get their turn.
+        hold.store(true, Ordering::Relaxed);
+        let mut ready = ready;
+        for n in 1..=BURST {
+            let m = source.message(ready);
+            if let Err(d) = publish(conn, sink, m, counters, &mut live).await {
+                *retry = Some(ready);
+                return Err(d);
+            }
+            // A `Ready` taken is a message owed: ask only if it can go now.
+            if n == BURST {
+                break;
+            }
+            match now_ready(source).await {
+                Some(r) => ready = r,
+                None => break,
+            }
         }
+        // The next `poll` writes the gathered bytes before it reads.
+        hold.store(false, Ordering::Relaxed);
     }
+}
+
+/// Messages published in one burst at most.
+const BURST: usize = 32;
+
+/// The next ready message if one is ready now; never parks.
+async fn now_ready<M: MessageSource + ?Sized>(source: &mut M) -> Option<Ready> {
+    poll_fn(|cx| {
+        Poll::Ready(match source.poll_ready(cx) {
+            Poll::Ready(r) => Some(r),
+            Poll::Pending => None,
+        })
+    })
+    .await
 }
 
 /// Publishes one message, waiting for session capacity (QoS 1/2 in
@@ -561,6 +744,9 @@ where
             .await;
         let e = match r {
             Ok(_) => {
+                if q != minimq::QoS::AtMostOnce {
+                    counters.admit();
+                }
                 counters.bump_sent();
                 counters.add_lagged(m.lagged);
                 live.update(conn);
@@ -735,10 +921,16 @@ mod tests {
         packet.extend_from_slice(b"user");
         let reads = AtomicU32::new(0);
         let payload = will_payload(9);
+        let counters = Counters::new();
+        let hold = AtomicBool::new(false);
         let mut io = Heard {
             io: Trickle(std::vec::Vec::new()),
             reads: &reads,
+            counters: &counters,
+            acks: Acks::default(),
             will: Some(&payload),
+            batch: Batch::new(&mut []),
+            hold: &hold,
         };
         futures::executor::block_on(async {
             io.write_all(&packet).await.unwrap();
@@ -748,6 +940,29 @@ mod tests {
         want.extend_from_slice(&will_payload(9));
         want.extend_from_slice(b"user");
         assert_eq!(io.io.0, want);
+    }
+
+    #[test]
+    fn acks_are_counted_across_any_split_of_the_stream() {
+        // PUBACK, PINGRESP, a PUBLISH whose body (200 bytes, two-byte
+        // remaining length) is full of PUBACK-looking bytes, SUBACK,
+        // PUBCOMP, PUBACK with a reason code.
+        let mut stream = std::vec![0x40, 0x02, 0x00, 0x01, 0xd0, 0x00, 0x30, 0xc8, 0x01];
+        stream.extend(core::iter::repeat_n(0x40, 200));
+        stream.extend_from_slice(&[0x90, 0x04, 0x00, 0x02, 0x00, 0x00]);
+        stream.extend_from_slice(&[0x70, 0x02, 0x00, 0x03]);
+        stream.extend_from_slice(&[0x40, 0x03, 0x00, 0x04, 0x10]);
+        for cut in 0..=stream.len() {
+            let mut acks = Acks::default();
+            let (a, b) = stream.split_at(cut);
+            assert_eq!(acks.feed(a) + acks.feed(b), 3, "cut at {cut}");
+        }
+        let mut acks = Acks::default();
+        let one_by_one: u32 = stream
+            .iter()
+            .map(|b| acks.feed(core::slice::from_ref(b)))
+            .sum();
+        assert_eq!(one_by_one, 3);
     }
 
     /// A transport that takes at most 3 bytes per write.
