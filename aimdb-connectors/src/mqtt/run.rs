@@ -172,7 +172,7 @@ impl<IO: Write> Heard<'_, IO> {
 impl<IO: Read + Write> Read for Heard<'_, IO> {
     async fn read(&mut self, buf: &mut [u8]) -> Result<usize, Self::Error> {
         // The broker answers only what it has seen.
-        if !self.drain().await? {
+        if self.batch.end > 0 && !self.drain().await? {
             return Ok(0);
         }
         if self.batch.unflushed {
@@ -208,6 +208,12 @@ impl<IO: Write> Write for Heard<'_, IO> {
             }
         }
         let cap = self.batch.buf.len();
+        if cap == 0 {
+            // No write buffer: each write goes through.
+            let n = self.io.write(buf).await?;
+            self.counters.bump_writes();
+            return Ok(n);
+        }
         if self.batch.end + buf.len() > cap {
             if !self.drain().await? {
                 return Ok(0);
@@ -225,12 +231,14 @@ impl<IO: Write> Write for Heard<'_, IO> {
     async fn flush(&mut self) -> Result<(), Self::Error> {
         // The CONNECT is out: nothing later carries the placeholder.
         self.will = None;
-        if self.hold.load(Ordering::Relaxed) && !self.batch.buf.is_empty() {
-            return Ok(());
-        }
-        if !self.drain().await? {
-            // Reported by the next read, as the transport closing.
-            return Ok(());
+        if self.batch.end > 0 {
+            if self.hold.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            if !self.drain().await? {
+                // Reported by the next read, as the transport closing.
+                return Ok(());
+            }
         }
         self.batch.unflushed = false;
         self.io.flush().await
@@ -640,11 +648,22 @@ where
     let mut live = Liveness::new(config, reads);
     // A resumed session may start with replayed publishes in flight.
     live.update(conn);
+    // The source was just polled with this task's waker and had nothing
+    // (`now_ready`): the waker is registered, so the next poll of `ready`
+    // can wait for it rather than look again. A write since then has
+    // woken the task, and the poll after that looks.
+    let mut asked = false;
     loop {
         // `poll` first: while records are busy it still runs once per
         // message, so inbound traffic and keep-alive are never starved.
         // All three futures are cancel-safe; the losers are dropped.
-        let ready = poll_fn(|cx| source.poll_ready(cx));
+        let mut skip = core::mem::take(&mut asked);
+        let ready = poll_fn(|cx| {
+            if core::mem::take(&mut skip) {
+                return Poll::Pending;
+            }
+            source.poll_ready(cx)
+        });
         let event = select4(conn.poll(), ready, live.expired(), stop.as_mut()).await;
         let event = match event {
             Either4::First(r) => Either::First(r),
@@ -663,7 +682,10 @@ where
                 // each received message, what is ready goes.
                 match now_ready(source).await {
                     Some(r) => r,
-                    None => continue,
+                    None => {
+                        asked = true;
+                        continue;
+                    }
                 }
             }
             // Acks, pings: internal progress only.
@@ -691,7 +713,10 @@ where
             }
             match now_ready(source).await {
                 Some(r) => ready = r,
-                None => break,
+                None => {
+                    asked = true;
+                    break;
+                }
             }
         }
         // The next `poll` writes the gathered bytes before it reads.
