@@ -12,7 +12,7 @@
 //! `make b3` set `AIMDB_BENCH_REQUIRE=1`.
 //!
 //! Only presence is checked, and cheaply: a program on `PATH`, or the
-//! Cortex-M toolchain route `scripts/firmware.sh` would pick. A tool that
+//! Cortex-M toolchain route `cargo xtask firmware` would pick. A tool that
 //! is there but broken still fails, in the bench itself.
 
 use std::ffi::OsStr;
@@ -22,9 +22,9 @@ use std::process::{Command, ExitCode};
 /// How to install every tool below (`scripts/install-deps.sh`).
 pub const INSTALL: &str = "make deps";
 
-/// The Cortex-M targets of the rustup route (`scripts/firmware.sh`).
+/// The Cortex-M targets of the rustup route (`cargo xtask firmware`).
 const THUMB_TARGETS: [&str; 2] = ["thumbv6m-none-eabi", "thumbv7m-none-eabi"];
-/// Debian's toolchain route (`scripts/firmware.sh`): its rustc and cargo,
+/// Debian's toolchain route (`cargo xtask firmware`): its rustc and cargo,
 /// the library sources `-Zbuild-std=core` compiles, and the linker.
 const DEBIAN_RUSTC: &str = "/usr/bin/rustc";
 const DEBIAN_CARGO: &str = "/usr/bin/cargo";
@@ -38,7 +38,7 @@ pub enum Tool {
     Valgrind,
     /// `qemu-system-arm` on `PATH` (`b3_on_target`).
     Qemu,
-    /// A Cortex-M toolchain route of `scripts/firmware.sh`
+    /// A Cortex-M toolchain route of `cargo xtask firmware`
     /// (`b3_on_target`): rustup's `thumbv6m-none-eabi` and
     /// `thumbv7m-none-eabi` targets for the repository's toolchain, or
     /// Debian's `/usr/bin/rustc` and `/usr/bin/cargo` with the library

@@ -228,7 +228,7 @@ async fn ours(job: Job, control: Control) -> Report {
         return failed("inbound table refused");
     };
     let counters = Counters::new();
-    let (mut rx, mut tx) = ([0u8; 256], [0u8; 4096]);
+    let (mut rx, mut tx, mut batch) = ([0u8; 256], [0u8; 4096], [0u8; 8192]);
     let id = format!("b4-ours-{}", job.tag);
     let parts = mqtt::Parts {
         connect: TcpConnect::new(format!("127.0.0.1:{}", job.port)),
@@ -237,9 +237,10 @@ async fn ours(job: Job, control: Control) -> Report {
         tx: &mut tx,
         counters: &counters,
     };
-    let Ok(mut client) = Mqtt::new(mqtt::Config::new(&id), parts) else {
+    let Ok(client) = Mqtt::new(mqtt::Config::new(&id), parts) else {
         return failed("connector configuration refused");
     };
+    let mut client = client.with_write_buffer(&mut batch);
 
     let produce = async {
         while !counters.is_connected() {
