@@ -229,6 +229,8 @@ pub mod embassy_net;
 #[cfg(feature = "testing")]
 pub mod fault;
 pub mod framed;
+#[cfg(all(feature = "tokio", any(feature = "mqtt", feature = "embassy-net")))]
+mod host_clock;
 pub mod loopback;
 #[cfg(feature = "mqtt")]
 pub mod mqtt;

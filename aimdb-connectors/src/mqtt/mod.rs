@@ -66,7 +66,7 @@
 //!
 //! Keep-alive timing is inside minimq, which reads `embassy-time`'s clock:
 //! firmware provides its time driver as usual; on hosts the `tokio` feature
-//! turns on `embassy-time`'s std driver.
+//! provides it (a host clock: `now()` without a lock).
 //!
 //! # Why minimq and not rust-mqtt
 //!
@@ -93,7 +93,7 @@
 //! The costs, accepted: minimq 0.13.2+ needs Rust **1.88** (the feature
 //! `mqtt` raises the crate's MSRV from 1.87; older 0.13 releases lack
 //! packet-id and reconnect fixes), and its clock is `embassy-time` rather
-//! than a trait we pass in (hence the std driver under `tokio`).
+//! than a trait we pass in (hence this crate's host clock under `tokio`).
 //!
 //! One cost is a limit, not accepted for good: minimq keeps at most **8**
 //! QoS 1/2 publishes unacknowledged (a fixed table, not configurable).
