@@ -173,4 +173,14 @@ tap:
 deps:
 	bash scripts/install-deps.sh
 
-ci: deps fmt-check clippy doc publish-check test loom nostd firmware e2e tap demo bench-gate fuzz-smoke
+CI_STEPS = deps fmt-check clippy doc publish-check test loom nostd firmware e2e tap demo bench-gate fuzz-smoke
+
+## Every step above, in this order; at the end, each step's wall time (so
+## a change can say what it costs CI).
+ci:
+	@mkdir -p target && rm -f target/ci-times.txt
+	@for t in $(CI_STEPS); do \
+	  s=$$(date +%s); $(MAKE) --no-print-directory $$t || exit 1; \
+	  echo "$$t $$(( $$(date +%s) - s )) s" >> target/ci-times.txt; \
+	done
+	@echo "==> make ci: wall time per step"; cat target/ci-times.txt
