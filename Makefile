@@ -66,15 +66,19 @@ publish-check:
 ## The workspace with default and with all features; then every feature
 ## of the two library crates on its own (cargo-hack, installed here when
 ## missing; a debug build of the tool, which builds in a third of the
-## time and runs as fast for this): aimdb-core's tests too (but `defmt`, which needs a firmware's
+## time and runs as fast for this). `default` is empty in both crates
+## (the no-default run covers it) and all features are the workspace's
+## second run: aimdb-core's tests too (but `defmt`, which needs a firmware's
 ## logger), both libraries' code alone.
 clippy:
 	@command -v cargo-hack >/dev/null || $(CARGO) install cargo-hack --locked --version 0.6.46 --debug
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
-	$(CARGO) hack clippy -p aimdb-core --each-feature --exclude-features defmt \
+	$(CARGO) hack clippy -p aimdb-core --each-feature --exclude-features default,defmt \
 	  --all-targets -- -D warnings
-	$(CARGO) hack clippy -p aimdb-core -p aimdb-connectors --each-feature --lib -- -D warnings
+	$(CARGO) clippy -p aimdb-core --lib --features defmt -- -D warnings
+	$(CARGO) hack clippy -p aimdb-connectors --each-feature --exclude-features default \
+	  --exclude-all-features --lib -- -D warnings
 
 ## Loom model of the outbound wake-up path, and clippy on the loom build
 ## (own target dir: other RUSTFLAGS).
