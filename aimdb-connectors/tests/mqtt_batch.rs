@@ -24,7 +24,7 @@ use aimdb_core::record::{Record, Ring};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use embedded_io_async::{ErrorType, Write};
-use mosquitto::{alongside, connector, free_port, tcp, until, within, Broker, Sub};
+use mosquitto::{alongside, connector, free_port, read_packet, tcp, until, within, Broker, Sub};
 use tokio::io::AsyncWriteExt;
 
 fn config(client_id: &str) -> Config<'_> {
@@ -137,26 +137,6 @@ async fn a_burst_of_ready_messages_goes_out_in_a_few_writes() {
         w <= 1 + N / 32,
         "{w} transport writes for the CONNECT and {N} messages ready together"
     );
-}
-
-/// Reads one MQTT packet: (first header byte, body).
-async fn read_packet(s: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
-    use tokio::io::AsyncReadExt;
-    let mut b = [0u8; 1];
-    s.read_exact(&mut b).await.expect("packet header");
-    let kind = b[0];
-    let (mut len, mut shift) = (0usize, 0);
-    loop {
-        s.read_exact(&mut b).await.expect("remaining length");
-        len |= usize::from(b[0] & 0x7f) << shift;
-        shift += 7;
-        if b[0] & 0x80 == 0 {
-            break;
-        }
-    }
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).await.expect("packet body");
-    (kind, body)
 }
 
 /// The packet identifier of a QoS 1 PUBLISH body: after the topic.

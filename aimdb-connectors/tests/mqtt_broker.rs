@@ -26,7 +26,9 @@ use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Keyed, Latest, Record, Ring};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
-use mosquitto::{alongside, connector, free_port, publish, tcp, until, within, Broker, Gated, Sub};
+use mosquitto::{
+    alongside, connector, free_port, publish, read_packet, tcp, until, within, Broker, Gated, Sub,
+};
 use tokio::io::AsyncWriteExt;
 
 // --------------------------------------------------------------- utilities
@@ -344,26 +346,6 @@ async fn reconnecting_disabled_stops_at_the_first_drop() {
         Some(Cause::Connect(ConnectFailure::Refused)),
         "nothing listens: TCP refused"
     );
-}
-
-/// Reads one MQTT packet: (first header byte, body).
-async fn read_packet(s: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
-    use tokio::io::AsyncReadExt;
-    let mut b = [0u8; 1];
-    s.read_exact(&mut b).await.expect("packet header");
-    let kind = b[0];
-    let (mut len, mut shift) = (0usize, 0);
-    loop {
-        s.read_exact(&mut b).await.expect("remaining length");
-        len |= usize::from(b[0] & 0x7f) << shift;
-        shift += 7;
-        if b[0] & 0x80 == 0 {
-            break;
-        }
-    }
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).await.expect("packet body");
-    (kind, body)
 }
 
 /// A broker that goes quiet: a missed PINGRESP and a CONNACK that never

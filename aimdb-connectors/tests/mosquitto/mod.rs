@@ -459,6 +459,29 @@ pub async fn publish(to: impl Into<ClientArgs>, topic: &str, payload: &[u8]) {
     );
 }
 
+// ------------------------------------------------ a hand-written broker
+
+/// Reads one MQTT packet from a hand-written broker's side of the
+/// connection: (first header byte, body).
+pub async fn read_packet(s: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
+    use tokio::io::AsyncReadExt;
+    let mut b = [0u8; 1];
+    s.read_exact(&mut b).await.expect("packet header");
+    let kind = b[0];
+    let (mut len, mut shift) = (0usize, 0);
+    loop {
+        s.read_exact(&mut b).await.expect("remaining length");
+        len |= usize::from(b[0] & 0x7f) << shift;
+        shift += 7;
+        if b[0] & 0x80 == 0 {
+            break;
+        }
+    }
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).await.expect("packet body");
+    (kind, body)
+}
+
 // ------------------------------------------------------- waits and set-up
 
 /// Waits (polling every 5 ms) until `cond` holds; fails after [`WAIT`].
