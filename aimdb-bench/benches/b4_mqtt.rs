@@ -144,6 +144,7 @@ impl Sample {
             "dropped": self.report.dropped,
             "connection_errors": self.report.errors,
             "last_error": self.report.last_error,
+            "transport_writes": self.report.writes,
         })
     }
 }
@@ -473,6 +474,16 @@ fn report(
                     ));
                 }
             }
+        }
+        let writes = |s: &Sample| match s.report.writes {
+            Some(w) if s.received > 0 => w as f64 / s.received as f64,
+            _ => f64::NAN,
+        };
+        if let Some(w) = med(o, writes).filter(|w| w.is_finite()) {
+            notes.push(format!(
+                "{}, ours: {w:.3} transport writes per message",
+                scenario_name(qos1, routes)
+            ));
         }
         let sub = |c: &Cell| med(c, |s| s.subscriber_pct).map_or("-".into(), |v| format!("{v:.0}"));
         if o.done().chain(r.done()).next().is_none() {

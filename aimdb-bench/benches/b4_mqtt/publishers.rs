@@ -92,6 +92,8 @@ pub struct Report {
     pub errors: u64,
     /// The last error, if any.
     pub last_error: Option<String>,
+    /// Ours: transport writes over the round (`mqtt::Stats::writes`).
+    pub writes: Option<u64>,
 }
 
 /// The bench's side of a publisher thread.
@@ -282,6 +284,7 @@ async fn ours(job: Job, control: Control) -> Report {
         dropped: u64::from(s.dropped),
         errors: u64::from(s.reconnects + s.connect_failures + s.ack_timeouts),
         last_error: counters.last_error().map(|c| c.to_string()),
+        writes: Some(u64::from(s.writes)),
     }
 }
 
