@@ -167,6 +167,14 @@ impl<IO: Write> Heard<'_, IO> {
         b.end = 0;
         Ok(true)
     }
+
+    /// One write straight to the transport (the batch is empty).
+    async fn direct(&mut self, buf: &[u8]) -> Result<usize, IO::Error> {
+        let n = self.io.write(buf).await?;
+        self.counters.bump_writes();
+        self.batch.unflushed = true;
+        Ok(n)
+    }
 }
 
 impl<IO: Read + Write> Read for Heard<'_, IO> {
@@ -242,16 +250,6 @@ impl<IO: Write> Write for Heard<'_, IO> {
         }
         self.batch.unflushed = false;
         self.io.flush().await
-    }
-}
-
-impl<IO: Write> Heard<'_, IO> {
-    /// One write straight to the transport (the batch is empty).
-    async fn direct(&mut self, buf: &[u8]) -> Result<usize, IO::Error> {
-        let n = self.io.write(buf).await?;
-        self.counters.bump_writes();
-        self.batch.unflushed = true;
-        Ok(n)
     }
 }
 
