@@ -5,7 +5,9 @@
 //!   connector has a write buffer (`Mqtt::with_write_buffer`): counted by
 //!   a `Connect` wrapper around the TCP transport, against mosquitto.
 //! - `Stats::in_flight` and `Stats::acked` follow a broker that holds its
-//!   PUBACKs: a hand-written listener (mosquitto always acknowledges).
+//!   PUBACKs: a hand-written listener (mosquitto always acknowledges),
+//!   with more than 8 unacknowledged at once, and the broker's receive
+//!   maximum narrowing the window.
 
 mod mosquitto;
 
@@ -145,27 +147,50 @@ fn packet_id(body: &[u8]) -> [u8; 2] {
     [body[2 + topic], body[3 + topic]]
 }
 
-/// A broker that holds its PUBACKs: `in_flight` counts the publishes it
-/// holds (8: minimq's window), `acked` what it then acknowledges, and the
-/// rest go out as the window opens.
+/// MQTT 5 CONNACK: no session, success, no properties (the broker's
+/// receive maximum is then 65,535).
+const CONNACK: [u8; 5] = [0x20, 0x03, 0x00, 0x00, 0x00];
+
+/// A broker that holds its PUBACKs: more than 8 publishes go unacknowledged
+/// at once, up to `Config::max_in_flight`; `in_flight` counts them,
+/// `acked` what the broker then acknowledges, and the rest go out as the
+/// window opens.
 #[tokio::test]
-async fn in_flight_and_acked_follow_the_brokers_acknowledgements() {
+async fn a_window_of_twenty_is_held_unacknowledged_and_acked_follows() {
+    static RING: Record<Cs, Ring<u32, 32>, 1> = Record::new("ring");
+    static READY: Readiness<1> = Readiness::new();
+    window_follows_the_brokers_acknowledgements(20, &CONNACK, 20, &RING, &READY).await;
+}
+
+/// The broker's receive maximum (CONNACK property 0x21, here 5) narrows
+/// the window below `Config::max_in_flight`.
+#[tokio::test]
+async fn the_brokers_receive_maximum_narrows_the_window() {
+    let connack = [0x20, 0x06, 0x00, 0x00, 0x03, 0x21, 0x00, 0x05];
+    static RING: Record<Cs, Ring<u32, 32>, 1> = Record::new("ring");
+    static READY: Readiness<1> = Readiness::new();
+    window_follows_the_brokers_acknowledgements(20, &connack, 5, &RING, &READY).await;
+}
+
+/// Each test has its own record and readiness (tests run in parallel).
+async fn window_follows_the_brokers_acknowledgements(
+    max: u16,
+    connack: &[u8],
+    window: usize,
+    ring: &'static Record<Cs, Ring<u32, 32>, 1>,
+    ready: &'static Readiness<1>,
+) {
     const CONNECT: u8 = 0x10;
     const PUBLISH_QOS1: u8 = 0x32;
-    // MQTT 5 CONNACK: no session, success, no properties.
-    const CONNACK: [u8; 5] = [0x20, 0x03, 0x00, 0x00, 0x00];
-    const TOTAL: usize = 12;
-    const WINDOW: usize = 8;
-    static RING: Record<Cs, Ring<u32, 16>, 1> = Record::new("ring");
-    static READY: Readiness<1> = Readiness::new();
+    let total = window + 6;
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let mut ring =
-        outbound::Link::new(RING.subscribe().unwrap(), "q/r", Postcard).qos(QoS::AtLeastOnce);
+    let mut link =
+        outbound::Link::new(ring.subscribe().unwrap(), "q/r", Postcard).qos(QoS::AtLeastOnce);
     let mut payload = [0u8; 16];
-    let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload);
-    b.link(&mut ring);
+    let mut b = Routes::<_, 1, 1>::builder(ready, &mut payload);
+    b.link(&mut link);
     let mut routes = b.build().unwrap();
     let mut inbound = Dispatch::<1, 1>::builder().build().unwrap();
     let counters = Counters::new();
@@ -173,28 +198,30 @@ async fn in_flight_and_acked_follow_the_brokers_acknowledgements() {
     let mut c = config("aimdb-window");
     c.keep_alive = None;
     c.ack_timeout = None;
+    c.max_in_flight = max;
     let mut mqtt = connector(c, &mut rx, &mut tx, tcp(port), &counters);
 
     alongside(mqtt.run(&mut inbound, &mut routes), async {
         let (mut s, _) = within("the connection", listener.accept()).await.unwrap();
         let (kind, _) = within("CONNECT", read_packet(&mut s)).await;
         assert_eq!(kind & 0xf0, CONNECT);
-        s.write_all(&CONNACK).await.unwrap();
+        s.write_all(connack).await.unwrap();
         until("connected", || counters.is_connected()).await;
-        for v in 0..TOTAL as u32 {
-            RING.write(v);
+        for v in 0..total as u32 {
+            ring.write(v);
         }
         let mut ids = Vec::new();
-        for _ in 0..WINDOW {
+        for _ in 0..window {
             let (kind, body) = within("a PUBLISH", read_packet(&mut s)).await;
             assert_eq!(kind, PUBLISH_QOS1);
             ids.push(packet_id(&body));
         }
         until("a full window in flight", || {
-            counters.in_flight() == WINDOW as u32
+            counters.in_flight() == window as u32
         })
         .await;
         assert_eq!(counters.acked(), 0);
+        assert_eq!(counters.sent(), window as u32, "no more than the window");
 
         // Acknowledge three: three more go out.
         for id in &ids[..3] {
@@ -207,7 +234,7 @@ async fn in_flight_and_acked_follow_the_brokers_acknowledgements() {
             ids.push(packet_id(&body));
         }
         until("the window full again", || {
-            counters.in_flight() == WINDOW as u32
+            counters.in_flight() == window as u32
         })
         .await;
 
@@ -221,14 +248,16 @@ async fn in_flight_and_acked_follow_the_brokers_acknowledgements() {
         s.write_all(a).await.unwrap();
         s.flush().await.unwrap();
         s.write_all(b).await.unwrap();
-        // One publish is left: it goes out, and is acknowledged.
-        let (kind, body) = within("the last PUBLISH", read_packet(&mut s)).await;
-        assert_eq!(kind, PUBLISH_QOS1);
-        let id = packet_id(&body);
-        s.write_all(&[0x40, 0x02, id[0], id[1]]).await.unwrap();
-        until("all acknowledged", || counters.acked() == TOTAL as u32).await;
+        // The last three go out, and are acknowledged.
+        for _ in 0..3 {
+            let (kind, body) = within("the last PUBLISHes", read_packet(&mut s)).await;
+            assert_eq!(kind, PUBLISH_QOS1);
+            let id = packet_id(&body);
+            s.write_all(&[0x40, 0x02, id[0], id[1]]).await.unwrap();
+        }
+        until("all acknowledged", || counters.acked() == total as u32).await;
         assert_eq!(counters.in_flight(), 0);
-        assert_eq!(counters.sent(), TOTAL as u32);
+        assert_eq!(counters.sent(), total as u32);
     })
     .await;
 }

@@ -22,10 +22,11 @@ pub enum Cause {
     Refused(u8),
     /// The broker ended the connection with this reason code.
     Rejected(u8),
-    /// The connection dropped: no PINGRESP in time (keep-alive), or the
-    /// session ended.
+    /// The connection dropped: the broker closed it (end of stream), no
+    /// PINGRESP came in time (keep-alive), or a CONNECT or SUBSCRIBE does
+    /// not fit the TX slice.
     Disconnected,
-    /// An I/O error or end of stream on the open connection.
+    /// An I/O error on the open connection.
     Transport,
     /// The broker sent an invalid packet.
     Protocol,
@@ -43,7 +44,7 @@ impl fmt::Display for Cause {
             Self::Refused(rc) => write!(f, "broker refused the connection (reason {rc:#04x})"),
             Self::Rejected(rc) => write!(f, "broker ended the connection (reason {rc:#04x})"),
             Self::Disconnected => f.write_str("connection lost (keep-alive timeout or closed)"),
-            Self::Transport => f.write_str("I/O error or end of stream"),
+            Self::Transport => f.write_str("I/O error"),
             Self::Protocol => f.write_str("invalid packet from the broker"),
             Self::AckTimeout => {
                 f.write_str("broker silent while publishes awaited acknowledgement")
@@ -89,17 +90,17 @@ impl Cause {
         })
     }
 
-    /// The cause of a minimq error on an open connection (`connecting`:
+    /// The cause of a session error on an open connection (`connecting`:
     /// during the handshake, where a reason code is a refusal).
-    pub(super) fn of<E>(e: &minimq::Error<E>, connecting: bool) -> Self {
-        match e {
-            minimq::Error::Peer(minimq::PeerError::Rejected(rc)) if connecting => {
-                Self::Refused(u8::from(*rc))
-            }
-            minimq::Error::Peer(minimq::PeerError::Rejected(rc)) => Self::Rejected(u8::from(*rc)),
-            minimq::Error::Peer(_) => Self::Protocol,
-            minimq::Error::Transport(_) | minimq::Error::WriteZero => Self::Transport,
-            _ => Self::Disconnected,
+    pub(super) fn of<E>(e: &super::session::Error<E>, connecting: bool) -> Self {
+        use super::session::Error;
+        match *e {
+            Error::Refused(rc) => Self::Refused(rc),
+            Error::Rejected(rc) if connecting => Self::Refused(rc),
+            Error::Rejected(rc) => Self::Rejected(rc),
+            Error::Protocol => Self::Protocol,
+            Error::Transport(_) => Self::Transport,
+            Error::Closed | Error::PingTimeout | Error::NoRoom => Self::Disconnected,
         }
     }
 }

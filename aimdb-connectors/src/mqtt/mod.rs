@@ -4,7 +4,7 @@
 //! broker connection:
 //!
 //! ```text
-//!  broker ──PUBLISH──► minimq::Connection::poll ──► FrameSink::dispatch(topic, payload) ──► records
+//!  broker ──PUBLISH──► Connection::poll ──► FrameSink::dispatch(topic, payload) ──► records
 //!  records ──► MessageSource (poll_ready, message) ──► Connection::publish(topic, payload, message's QoS) ──► broker
 //! ```
 //!
@@ -64,43 +64,42 @@
 //!   and the connect timeout: `embassy_time::Delay`, or with `tokio`
 //!   [`TokioDelay`](crate::tokio_io::TokioDelay).
 //!
-//! Keep-alive timing is inside minimq, which reads `embassy-time`'s clock:
-//! firmware provides its time driver as usual; on hosts the `tokio` feature
-//! provides it (a host clock: `now()` without a lock).
+//! Keep-alive timing reads `embassy-time`'s clock: firmware provides its
+//! time driver as usual; on hosts the `tokio` feature provides it (a host
+//! clock: `now()` without a lock).
 //!
-//! # Why minimq and not rust-mqtt
+//! # The client: MQTT 5 packets of our own
 //!
-//! Both are maintained `no_std` MQTT 5 clients over `embedded-io-async`
-//! 0.7 and `heapless` 0.9. We use **minimq 0.13**:
+//! The session (`session.rs`, `packet.rs`: CONNECT with will and
+//! credentials, PUBLISH at QoS 0/1/2 both ways, SUBSCRIBE, keep-alive,
+//! session resumption) is written here rather than taken from a crate.
+//! What it must do, and what the maintained `no_std` clients do:
 //!
-//! - **No allocation and no `unsafe` on the steady path.** minimq decodes
-//!   each inbound PUBLISH in place in the caller's RX slice and hands out a
-//!   borrowed topic and payload; outbound packets are encoded into the TX
-//!   slice. rust-mqtt 0.6 gets received topics and payloads from a
-//!   `BufferProvider<'c>` whose slices live as long as the client, so
-//!   without `alloc` (a `Box` per message) the only way to reuse memory is
-//!   `unsafe { BumpBuffer::reset() }` after every packet — against both
-//!   rules of this crate.
-//! - **Cancel-safe receive.** `Connection::poll` may be dropped at any
-//!   await (documented, and ordering across cancelled writes is preserved
-//!   since 0.13.5), which is what selecting it against
-//!   [`connector::next`](aimdb_core::connector::next) needs. rust-mqtt's
-//!   `poll` is not cancel-safe (only `poll_header` is).
-//! - **Keep-alive and ping-timeout detection built in**, with QoS 1/2
-//!   retransmission held in the TX slice; rust-mqtt leaves keep-alive
-//!   loops to the caller.
+//! - **No heap, no `unsafe`.** Each inbound PUBLISH is decoded in place in
+//!   the RX slice, its topic and payload lent out; outbound packets are
+//!   encoded into the TX slice. minimq 0.13 does the same. rust-mqtt 0.6
+//!   hands received data out of a `BufferProvider` whose slices live as
+//!   long as the client: without a `Box` per message, memory is reused
+//!   only through `unsafe { BumpBuffer::reset() }`.
+//! - **Cancel-safe receive**, since `poll` is selected against
+//!   [`connector::next`](aimdb_core::connector::next) and the timers:
+//!   inbound bytes accumulate in RX, and acknowledgements and pings go
+//!   through a small queue written with a cursor, so a dropped `poll`
+//!   never splits a packet. minimq's `poll` is cancel-safe; rust-mqtt's is
+//!   not (only `poll_header`).
+//! - **A window the user sets.** [`Config::max_in_flight`] QoS 1/2
+//!   publishes may await acknowledgement (the broker's receive maximum
+//!   lowers it), each kept in TX until acknowledged, so the TX slice
+//!   bounds the bytes and nothing is sized at compile time. minimq keeps
+//!   at most **8**, a constant; at QoS 1 on a host that makes throughput a
+//!   matter of round trips to the broker (`b4_mqtt` in the bench guide
+//!   measures it against rumqttc, which keeps 100).
 //!
-//! The costs, accepted: minimq 0.13.2+ needs Rust **1.88** (the feature
-//! `mqtt` raises the crate's MSRV from 1.87; older 0.13 releases lack
-//! packet-id and reconnect fixes), and its clock is `embassy-time` rather
-//! than a trait we pass in (hence this crate's host clock under `tokio`).
-//!
-//! One cost is a limit, not accepted for good: minimq keeps at most **8**
-//! QoS 1/2 publishes unacknowledged (a fixed table, not configurable).
-//! On a device that is plenty; on a host at QoS 1 it makes the throughput
-//! a matter of round trips to the broker (`b4_mqtt` in the bench guide
-//! measures it against rumqttc, which keeps 100). [`Stats::in_flight`] and
-//! [`Stats::acked`] show the window at work.
+//! So minimq met all but the last, and no client met all three. The
+//! packet layer is about 1,300 lines with its tests; the costs and savings
+//! in flash, RAM and instructions per message are in the bench guide
+//! (`b3_on_target`, the footprint). Counted as they happen:
+//! [`Stats::in_flight`], [`Stats::acked`].
 //!
 //! # Example (tokio, multi-thread runtime)
 //!
@@ -161,7 +160,9 @@
 
 mod cause;
 mod counters;
+mod packet;
 mod run;
+mod session;
 #[cfg(feature = "tls")]
 mod tls;
 
@@ -188,15 +189,6 @@ use embedded_hal_async::delay::DelayNs;
 /// MQTT's quality of service: the contract's, so an outbound route carries
 /// it ([`outbound::Link::qos`](aimdb_core::outbound::Link::qos)).
 pub use aimdb_core::connector::QoS;
-
-/// minimq's name for `q`.
-fn minimq_qos(q: QoS) -> minimq::QoS {
-    match q {
-        QoS::AtMostOnce => minimq::QoS::AtMostOnce,
-        QoS::AtLeastOnce => minimq::QoS::AtLeastOnce,
-        QoS::ExactlyOnce => minimq::QoS::ExactlyOnce,
-    }
-}
 
 /// Connector settings, by name. Broker address and transport are the
 /// [`Connect`] implementation's; buffers and counters are [`Parts`].
@@ -247,6 +239,12 @@ pub struct Config<'a> {
     /// Presence: a will and a birth on a status topic (see [`Presence`]);
     /// `None` (the default): neither.
     pub presence: Option<Presence<'a>>,
+    /// QoS 1/2 publishes unacknowledged at most (1 to 65,534; default
+    /// 64). The broker's receive maximum lowers it (mosquitto announces
+    /// 20 by default), and the TX slice bounds the bytes ([`Parts::tx`]).
+    /// A wider window keeps a host's link busy across the broker's round
+    /// trips; after a drop, a resumed session sends all of it again.
+    pub max_in_flight: u16,
 }
 
 impl<'a> Config<'a> {
@@ -265,6 +263,7 @@ impl<'a> Config<'a> {
             subscribe_qos: QoS::AtLeastOnce,
             session_expiry: None,
             presence: None,
+            max_in_flight: 64,
         }
     }
 }
@@ -283,6 +282,7 @@ impl fmt::Debug for Config<'_> {
             .field("subscribe_qos", &self.subscribe_qos)
             .field("session_expiry", &self.session_expiry)
             .field("presence", &self.presence)
+            .field("max_in_flight", &self.max_in_flight)
             .finish()
     }
 }
@@ -347,12 +347,12 @@ impl<'a> Presence<'a> {
 /// An MQTT 5 will delay, kept where the session can borrow it for its
 /// lifetime (`static DELAY: WillDelay = WillDelay::from_secs(10);`).
 #[derive(Debug)]
-pub struct WillDelay(minimq::Property<'static>);
+pub struct WillDelay(u32);
 
 impl WillDelay {
     /// A delay of `secs` seconds.
     pub const fn from_secs(secs: u32) -> Self {
-        Self(minimq::Property::WillDelayInterval(secs))
+        Self(secs)
     }
 }
 
@@ -369,16 +369,16 @@ pub struct Parts<'a, C, D> {
     pub connect: C,
     /// The timer for backoff and the connect timeout.
     pub delay: D,
-    /// Holds one inbound MQTT packet: size it for the largest topic +
-    /// payload the broker may send, plus ~16 bytes.
+    /// Holds inbound MQTT packets: size it for the largest topic + payload
+    /// the broker may send, plus ~16 bytes. Its length is announced to the
+    /// broker as the maximum packet size, so a broker never sends more.
     pub rx: &'a mut [u8],
-    /// Holds outbound encodes and QoS 1/2 packets awaiting
-    /// acknowledgement: size it for the CONNECT packet plus the largest
-    /// outbound packet, plus the bytes of what may be in flight. It bounds
-    /// the in-flight *bytes*; the in-flight *count* is bounded apart, at
-    /// most 8 QoS 1/2 publishes unacknowledged (minimq's fixed table; the
-    /// broker's receive maximum if lower), whatever this slice's size.
-    /// [`Stats::in_flight`] shows the count.
+    /// Holds the packet being sent and each QoS 1/2 publish until it is
+    /// acknowledged (3 bytes more each): size it for the CONNECT packet
+    /// (about 30 bytes plus client id, will and credentials) and for the
+    /// largest outbound packet times the publishes you want in flight.
+    /// It bounds the in-flight *bytes*; [`Config::max_in_flight`] and the
+    /// broker bound the *count*. [`Stats::in_flight`] shows the count.
     pub tx: &'a mut [u8],
     /// The counters this connector updates, readable from anywhere.
     pub counters: &'a Counters,
@@ -388,11 +388,11 @@ pub struct Parts<'a, C, D> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// The client id is longer than minimq keeps (64 bytes).
+    /// The client id is longer than MQTT allows (65,535 bytes).
     ClientIdTooLong,
     /// The presence topic is empty, has a wildcard, or is over 128 bytes.
     PresenceTopic,
-    /// minimq refused the configuration.
+    /// A value out of range ([`Config::max_in_flight`]).
     Invalid,
 }
 
@@ -410,7 +410,7 @@ impl core::error::Error for ConfigError {}
 /// One MQTT connector: a broker session over transports opened by `C`,
 /// timed by `D`.
 pub struct Mqtt<'a, C: Connect, D: DelayNs> {
-    session: minimq::Session<'a>,
+    session: session::Session<'a>,
     connect: C,
     delay: D,
     config: Config<'a>,
@@ -433,45 +433,39 @@ impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
             tx,
             counters,
         } = parts;
-        let map = |e: minimq::ConfigError| match e {
-            minimq::ConfigError::ClientIdTooLong => ConfigError::ClientIdTooLong,
-            _ => ConfigError::Invalid,
-        };
-        let mut b = minimq::ConfigBuilder::new(minimq::Buffers::new(rx, tx))
-            .client_id(config.client_id)
-            .map_err(map)?
-            .keepalive_interval(config.keep_alive.map_or(0, |d| {
-                u16::try_from(whole_secs(d).max(1)).unwrap_or(u16::MAX)
-            }))
-            .session_expiry_interval(config.session_expiry.map_or(0, |d| {
-                u32::try_from(whole_secs(d).max(1)).unwrap_or(u32::MAX)
-            }))
-            // A route's QoS above the broker's maximum is sent at the
-            // maximum rather than refused.
-            .autodowngrade_qos();
-        if let Some((user, password)) = config.credentials {
-            b = b.auth(user, password).map_err(map)?;
+        if config.client_id.len() > usize::from(u16::MAX) {
+            return Err(ConfigError::ClientIdTooLong);
         }
+        if !(1..u16::MAX).contains(&config.max_in_flight) {
+            return Err(ConfigError::Invalid);
+        }
+        let mut will = None;
         if let Some(p) = &config.presence {
             let topic = p.topic;
-            if topic.is_empty() || topic.contains(['+', '#', '\0']) {
+            if topic.is_empty() || topic.len() > 128 || topic.contains(['+', '#', '\0']) {
                 return Err(ConfigError::PresenceTopic);
             }
-            let properties: &'a [minimq::Property<'a>] = match p.will_delay {
-                Some(d) => core::slice::from_ref(&d.0),
-                None => &[],
-            };
-            // The payload is a placeholder the connection's own offline
-            // payload replaces as the CONNECT goes out (run.rs, `Heard`).
-            let will = minimq::Will::new(topic, &run::WILL_PLACEHOLDER, properties)
-                .map_err(|_| ConfigError::PresenceTopic)?
-                .retained()
-                .qos(minimq_qos(p.qos));
-            b = b.will(will).map_err(map)?;
+            will = Some(session::WillSettings {
+                topic,
+                qos: p.qos,
+                delay: p.will_delay.map(|d| d.0),
+            });
         }
+        let settings = session::Settings {
+            client_id: config.client_id,
+            credentials: config.credentials,
+            keep_alive: config.keep_alive.map_or(0, |d| {
+                u16::try_from(whole_secs(d).max(1)).unwrap_or(u16::MAX)
+            }),
+            session_expiry: config.session_expiry.map_or(0, |d| {
+                u32::try_from(whole_secs(d).max(1)).unwrap_or(u32::MAX)
+            }),
+            will,
+            max_in_flight: config.max_in_flight,
+        };
         let seq = config.presence.map_or(0, |p| p.first_seq.wrapping_sub(1));
         Ok(Self {
-            session: minimq::Session::new(b),
+            session: session::Session::new(settings, rx, tx, counters),
             connect,
             delay,
             config,

@@ -10,13 +10,10 @@ use embassy_futures::select::{select, select3, select4, Either, Either3, Either4
 use embassy_time::{Duration, Instant, Timer};
 use embedded_hal_async::delay::DelayNs;
 use embedded_io_async::{ErrorType, Read, Write};
-use minimq::{
-    ConnectEvent, Connection, InboundPublish, Io, PubError, Publication, ResourceError,
-    RetainHandling, SubscriptionOptions, TopicFilter,
-};
 use portable_atomic::{AtomicBool, AtomicU32, Ordering};
 
-use super::{minimq_qos, Cause, Config, Connect, Counters, Mqtt, Presence, QoS};
+use super::session::{Connection, Inbound, PubError};
+use super::{Cause, Config, Connect, Counters, Mqtt, Presence, QoS};
 use crate::connect::Duplex;
 use crate::reconnect::{wait, Reconnect, Stopped};
 use aimdb_core::codec::Encode;
@@ -27,20 +24,9 @@ use aimdb_core::record::Sink;
 struct Dropped(Cause);
 
 /// Length of the will payload: the longest offline presence payload with
-/// cause `lost`, padded with spaces.
-pub(super) const WILL_LEN: usize = 64;
-
-/// The will payload the session is built with. Bytes `0xFF` never occur in
-/// the UTF-8 strings or the short integer properties before the will
-/// payload in a CONNECT, so a run of 64 of them first occurs there.
-///
-/// minimq fixes a session's will when the session is built, and a session
-/// must live across connections (it holds the in-flight QoS 1/2 state a
-/// resumed broker session needs). The will of each connection must carry
-/// that connection's birth sequence, so [`Heard`] writes the real payload
-/// in place of this one as the CONNECT goes out: same length, so the
-/// packet stays valid.
-pub(super) static WILL_PLACEHOLDER: [u8; WILL_LEN] = [0xFF; WILL_LEN];
+/// cause `lost`, padded with spaces. Fixed, so a will's bytes do not
+/// depend on the sequence's digits.
+const WILL_LEN: usize = 64;
 
 /// The will payload of the connection with birth sequence `seq`.
 fn will_payload(seq: u64) -> [u8; WILL_LEN] {
@@ -54,15 +40,11 @@ fn will_payload(seq: u64) -> [u8; WILL_LEN] {
 /// The transport as the session sees it. It
 ///
 /// - counts reads that returned data (the connector's only way to tell
-///   that the broker said something: minimq's `poll` also returns after
-///   its own writes). A count, not a clock: an `AtomicU32` with one writer
-///   needs no read-modify-write, so this works on `thumbv6m`, and keeps
-///   the connector future `Send`;
-/// - follows the packets read ([`Acks`]) and counts acknowledgements into
-///   [`Counters`];
-/// - with presence, puts the connection's will payload in place of
-///   [`WILL_PLACEHOLDER`] in the CONNECT (the first packet written; the
-///   handshake flushes right after it, which ends the search);
+///   that the broker said something: `poll` also returns after its own
+///   writes). A count, not a clock: an `AtomicU32` with one writer needs
+///   no read-modify-write, so this works on `thumbv6m`, and keeps the
+///   connector future `Send`;
+/// - counts transport writes into [`Counters`];
 /// - with a write buffer ([`Mqtt::with_write_buffer`]), gathers writes in
 ///   it ([`Batch`]) while `hold` is set, and writes them out at the first
 ///   flush without `hold`, or before any read: the session reads only
@@ -71,8 +53,6 @@ struct Heard<'h, IO> {
     io: IO,
     reads: &'h AtomicU32,
     counters: &'h Counters,
-    acks: Acks,
-    will: Option<&'h [u8; WILL_LEN]>,
     batch: Batch<'h>,
     hold: &'h AtomicBool,
 }
@@ -96,52 +76,6 @@ impl<'b> Batch<'b> {
             end: 0,
             unflushed: false,
         }
-    }
-}
-
-/// Follows the MQTT packets of the inbound byte stream by their fixed
-/// headers (type, then the remaining length's 1–4 bytes), skipping their
-/// bodies, to see each PUBACK and PUBCOMP go by. It never decodes a body,
-/// so it cannot disagree with the session on a valid stream; on an
-/// invalid one the session drops the connection and a new `Acks` starts.
-#[derive(Default)]
-struct Acks {
-    /// Body bytes of the current packet still to skip.
-    skip: u32,
-    /// Inside a fixed header: the packet type, then the remaining length
-    /// read so far and its next byte's shift.
-    header: Option<(u8, u32, u32)>,
-}
-
-impl Acks {
-    /// Feeds `bytes`; returns how many acknowledgements they completed.
-    fn feed(&mut self, mut bytes: &[u8]) -> u32 {
-        let mut acks = 0;
-        while let Some((&b, rest)) = bytes.split_first() {
-            if self.skip > 0 {
-                let n = bytes.len().min(self.skip as usize);
-                self.skip -= n as u32;
-                bytes = &bytes[n..];
-                continue;
-            }
-            bytes = rest;
-            match self.header {
-                None => self.header = Some((b >> 4, 0, 0)),
-                Some((kind, len, shift)) => {
-                    let len = len | (u32::from(b & 0x7F) << shift);
-                    if b & 0x80 != 0 && shift < 21 {
-                        self.header = Some((kind, len, shift + 7));
-                        continue;
-                    }
-                    // PUBACK (4) and PUBCOMP (7) end a QoS 1 and a QoS 2
-                    // publish.
-                    acks += u32::from(kind == 4 || kind == 7);
-                    self.header = None;
-                    self.skip = len;
-                }
-            }
-        }
-        acks
     }
 }
 
@@ -191,9 +125,6 @@ impl<IO: Read + Write> Read for Heard<'_, IO> {
         if n > 0 {
             let r = self.reads.load(Ordering::Relaxed);
             self.reads.store(r.wrapping_add(1), Ordering::Relaxed);
-            for _ in 0..self.acks.feed(&buf[..n]) {
-                self.counters.ack();
-            }
         }
         Ok(n)
     }
@@ -201,20 +132,6 @@ impl<IO: Read + Write> Read for Heard<'_, IO> {
 
 impl<IO: Write> Write for Heard<'_, IO> {
     async fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
-        if let Some(will) = self.will {
-            match find(buf, &WILL_PLACEHOLDER) {
-                // Up to the placeholder first (the caller writes the rest
-                // again), so the placeholder is never split.
-                Some(at) if at > 0 => return self.direct(&buf[..at]).await,
-                Some(_) => {
-                    self.io.write_all(will).await?;
-                    self.counters.bump_writes();
-                    self.will = None;
-                    return Ok(WILL_LEN);
-                }
-                None => {}
-            }
-        }
         let cap = self.batch.buf.len();
         if cap == 0 {
             // No write buffer: each write goes through.
@@ -237,8 +154,6 @@ impl<IO: Write> Write for Heard<'_, IO> {
     }
 
     async fn flush(&mut self) -> Result<(), Self::Error> {
-        // The CONNECT is out: nothing later carries the placeholder.
-        self.will = None;
         if self.batch.end > 0 {
             if self.hold.load(Ordering::Relaxed) {
                 return Ok(());
@@ -253,23 +168,18 @@ impl<IO: Write> Write for Heard<'_, IO> {
     }
 }
 
-/// Where `needle` first occurs in `hay`.
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
 /// The acknowledgement timeout: while QoS 1/2 publishes wait for their
 /// acknowledgement, the broker must send *something* (an ack, a publish, a
 /// PINGRESP) at least every `timeout`, or the connection is taken for dead.
 ///
 /// Keep-alive alone does not notice a dead link while we publish: every
 /// write counts as activity, so no PINGREQ goes out until the in-flight
-/// window is full and then the PINGRESP wait is minimq's fixed 5 s. On a
+/// window is full and then the PINGRESP wait is 5 s. On a
 /// stream that cannot report a close (a UART bridged to TCP, a half-open
 /// socket) that is several seconds of values written into nothing.
 ///
 /// What counts as hearing from the broker is bytes read from the transport
-/// ([`Heard`]); minimq's `poll` also returns after its own writes.
+/// ([`Heard`]); `poll` also returns after its own writes.
 struct Liveness<'h> {
     timeout: Option<Duration>,
     reads: &'h AtomicU32,
@@ -292,11 +202,11 @@ impl<'h> Liveness<'h> {
     /// Call after each publish and each return of `poll`: restarts the
     /// clock if the broker sent anything, starts or stops it as
     /// acknowledgements become owed or settled.
-    fn update<IO: Io>(&mut self, conn: &Connection<'_, '_, IO>) {
+    fn update<IO: Read + Write>(&mut self, conn: &Connection<'_, '_, IO>) {
         let reads = self.reads.load(Ordering::Relaxed);
         let heard = reads != self.seen_reads;
         self.seen_reads = reads;
-        if conn.session().is_publish_quiescent() {
+        if conn.is_quiescent() {
             self.owed_since = None;
         } else if heard || self.owed_since.is_none() {
             self.owed_since = Some(Instant::now());
@@ -378,8 +288,8 @@ where
     let reads = AtomicU32::new(0);
     // Set while a burst of ready messages is published (see `serve`).
     let hold = AtomicBool::new(false);
-    // minimq opens the first connection after boot with Clean Start = 1
-    // (it has no session yet, and no option to ask for one). mosquitto (2.0,
+    // The first connection after boot opens with Clean Start = 1 (there is
+    // no session state to resume yet). mosquitto (2.0,
     // checked with `mosquitto_sub -V mqttv5 -x 300`) then keeps the session
     // for its expiry while it runs, but does not restore it after its own
     // restart: it persists resumable sessions only when the latest CONNECT
@@ -406,16 +316,15 @@ where
                 io: Duplex { rx, tx },
                 reads: &reads,
                 counters,
-                acks: Acks::default(),
-                will: presence.map(|_| &will),
                 batch: Batch::new(batch),
                 hold: &hold,
             };
+            let will: &[u8] = if presence.is_some() { &will } else { &[] };
             let mut conn = session
-                .connect(io)
+                .connect(io, will)
                 .await
                 .map_err(|e| Dropped(Cause::of(&e, true)))?;
-            let fresh = conn.connect_event() == ConnectEvent::Connected;
+            let fresh = !conn.resumed();
             if fresh {
                 counters.clear_in_flight();
             }
@@ -439,7 +348,7 @@ where
             }
             Ok(Some(conn))
         };
-        // minimq's handshake waits for CONNACK unbounded: bound the whole
+        // The handshake waits for CONNACK unbounded: bound the whole
         // attempt, so a broker that accepts TCP and says nothing is retried.
         let outcome =
             match select3(attempt, wait(delay, config.connect_timeout), stop.as_mut()).await {
@@ -478,11 +387,7 @@ where
         report.set(LinkState::online(next));
         log_info!(
             "mqtt: connected ({} session)",
-            if conn.connect_event() == ConnectEvent::Reconnected {
-                "resumed"
-            } else {
-                "new"
-            }
+            if conn.resumed() { "resumed" } else { "new" }
         );
         let served = async {
             if connected_once {
@@ -553,36 +458,25 @@ async fn announce<IO, S>(
     counters: &Counters,
 ) -> Result<(), Dropped>
 where
-    IO: Io,
+    IO: Read + Write,
     S: FrameSink + ?Sized,
 {
     let mut buf = [0u8; PRESENCE_MAX];
     // PRESENCE_MAX holds every presence payload.
     let n = PresenceJson.encode(&state, &mut buf).unwrap_or(0);
-    let q = minimq_qos(presence.qos);
     loop {
-        if !conn.can_publish(q) {
-            progress(conn, sink, counters, None).await?;
-            continue;
-        }
-        let p = Publication::bytes(presence.topic, &buf[..n])
-            .qos(q)
-            .retain();
-        match conn.publish(p).await {
-            Ok(_) => {
-                if q != minimq::QoS::AtMostOnce {
-                    counters.admit();
-                }
-                break;
-            }
-            Err(PubError::Session(minimq::Error::NotReady | minimq::Error::Resource(_))) => {
-                progress(conn, sink, counters, None).await?
-            }
+        match conn
+            .publish(presence.topic, &buf[..n], presence.qos, true)
+            .await
+        {
+            Ok(()) => break,
+            Err(PubError::Busy) => progress(conn, sink, counters, None).await?,
             Err(PubError::Session(e)) => return Err(Dropped(Cause::of(&e, false))),
-            Err(PubError::Payload(_)) => return Err(Dropped(Cause::Protocol)),
+            // The TX slice cannot hold a presence publish.
+            Err(PubError::TooLarge) => return Err(Dropped(Cause::Protocol)),
         }
     }
-    while !conn.session().is_publish_quiescent() {
+    while !conn.is_quiescent() {
         progress(conn, sink, counters, None).await?;
     }
     Ok(())
@@ -598,7 +492,7 @@ async fn goodbye<IO, S>(
     counters: &Counters,
     seq: u64,
 ) where
-    IO: Io,
+    IO: Read + Write,
     S: FrameSink + ?Sized,
 {
     let polite = async {
@@ -606,7 +500,7 @@ async fn goodbye<IO, S>(
             let bye = LinkState::offline(seq, link::Cause::Stopped);
             announce(conn, sink, p, bye, counters).await?;
         }
-        while !conn.session().is_publish_quiescent() {
+        while !conn.is_quiescent() {
             progress(conn, sink, counters, None).await?;
         }
         conn.disconnect()
@@ -638,7 +532,7 @@ async fn serve<IO, S, M, F>(
     mut stop: Pin<&mut F>,
 ) -> Result<(), Dropped>
 where
-    IO: Io,
+    IO: Read + Write,
     S: FrameSink + ?Sized,
     M: MessageSource + ?Sized,
     F: Future<Output = ()>,
@@ -746,58 +640,28 @@ async fn publish<IO, S>(
     live: &mut Liveness<'_>,
 ) -> Result<(), Dropped>
 where
-    IO: Io,
+    IO: Read + Write,
     S: FrameSink + ?Sized,
 {
-    let q = minimq_qos(m.qos);
     loop {
-        if !conn.can_publish(q) {
+        if !conn.can_publish(m.qos) {
             progress(conn, sink, counters, Some(live)).await?;
             continue;
         }
-        let r = conn
-            .publish({
-                let p = Publication::bytes(m.topic, m.payload).qos(q);
-                if m.retain {
-                    p.retain()
-                } else {
-                    p
-                }
-            })
-            .await;
-        let e = match r {
-            Ok(_) => {
-                if q != minimq::QoS::AtMostOnce {
-                    counters.admit();
-                }
+        match conn.publish(m.topic, m.payload, m.qos, m.retain).await {
+            Ok(()) => {
                 counters.bump_sent();
                 counters.add_lagged(m.lagged);
                 live.update(conn);
                 return Ok(());
             }
-            Err(PubError::Session(e)) => e,
-            // A byte slice always serializes.
-            Err(PubError::Payload(_)) => {
+            // Room comes back as acknowledgements arrive.
+            Err(PubError::Busy) => progress(conn, sink, counters, Some(live)).await?,
+            Err(PubError::TooLarge) => {
                 counters.bump_dropped();
                 return Ok(());
             }
-        };
-        match e {
-            minimq::Error::NotReady | minimq::Error::Resource(ResourceError::InflightExhausted) => {
-                progress(conn, sink, counters, Some(live)).await?;
-            }
-            // Transient while acknowledged packets still occupy the TX
-            // slice; for good once nothing is in flight.
-            minimq::Error::Resource(ResourceError::BufferTooSmall)
-                if !conn.session().is_publish_quiescent() =>
-            {
-                progress(conn, sink, counters, Some(live)).await?;
-            }
-            minimq::Error::Resource(_) | minimq::Error::InvalidRequest => {
-                counters.bump_dropped();
-                return Ok(());
-            }
-            e => return Err(Dropped(Cause::of(&e, false))),
+            Err(PubError::Session(e)) => return Err(Dropped(Cause::of(&e, false))),
         }
     }
 }
@@ -812,7 +676,7 @@ async fn progress<IO, S>(
     live: Option<&mut Liveness<'_>>,
 ) -> Result<(), Dropped>
 where
-    IO: Io,
+    IO: Read + Write,
     S: FrameSink + ?Sized,
 {
     let polled = match &live {
@@ -848,14 +712,15 @@ async fn subscribe_all<IO, S>(
     counters: &Counters,
 ) -> Result<(), Dropped>
 where
-    IO: Io,
+    IO: Read + Write,
     S: FrameSink + ?Sized,
 {
-    let options = SubscriptionOptions::default().maximum_qos(minimq_qos(qos));
-    // Filters none of whose links applies retained messages (commands):
-    // the broker is asked not to send them (MQTT 5 retain handling 2);
-    // one that sends them anyway is ignored by `dispatch_retained`.
-    let no_retained = options.retain_behavior(RetainHandling::Never);
+    // Subscription options: the maximum QoS, and for filters none of whose
+    // links applies retained messages (commands) retain handling 2: the
+    // broker is asked not to send them; one that sends them anyway is
+    // ignored by `dispatch_retained`.
+    let options = qos as u8;
+    let no_retained = options | 2 << 4;
     // Copied out of the table so the borrow ends before the SUBSCRIBE is
     // awaited; `next_filter` resumes where the last one was found, so the
     // whole enumeration is linear in the route count.
@@ -870,32 +735,29 @@ where
         if filter.push_str(f).is_err() || filter.is_empty() {
             continue;
         }
-        let op = conn
-            .subscribe(
-                &[
-                    TopicFilter::new(&filter).options(if sink.wants_retained(&filter) {
-                        options
-                    } else {
-                        no_retained
-                    }),
-                ],
-                &[],
-            )
+        let options = if sink.wants_retained(&filter) {
+            options
+        } else {
+            no_retained
+        };
+        conn.subscribe(&filter, options)
             .await
             .map_err(|e| Dropped(Cause::of(&e, true)))?;
-        while conn.is_pending(&op) {
-            progress(conn, sink, counters, None).await?;
-        }
-        if !conn.is_complete(&op) {
-            // SUBACK with a failure code (not kept by minimq): 0x80,
-            // "unspecified error".
-            return Err(Dropped(Cause::Refused(0x80)));
+        let code = loop {
+            match conn.suback() {
+                Some(code) => break code,
+                None => progress(conn, sink, counters, None).await?,
+            }
+        };
+        if code >= 0x80 {
+            // Refused: 0x87 not authorized, 0x8f invalid filter, ...
+            return Err(Dropped(Cause::Refused(code)));
         }
     }
     Ok(())
 }
 
-fn deliver<S: FrameSink + ?Sized>(sink: &mut S, counters: &Counters, p: &InboundPublish<'_>) {
+fn deliver<S: FrameSink + ?Sized>(sink: &mut S, counters: &Counters, p: &Inbound<'_>) {
     counters.bump_received();
     // An empty payload is how MQTT clears a retained message (subscribers
     // get it, retained or not): not a value, and not a bad one.
@@ -934,76 +796,5 @@ mod tests {
         let json = r#"{"status":"offline","seq":18446744073709551615,"cause":"lost"}"#;
         assert_eq!(text.trim_end(), json);
         assert!(text[json.len()..].bytes().all(|b| b == b' '));
-    }
-
-    #[test]
-    fn the_placeholder_is_replaced_whole_even_when_written_in_pieces() {
-        // A CONNECT-like packet: bytes, the placeholder, bytes after it.
-        let mut packet = std::vec![0x10, 0x7f, 0xff, 0x00];
-        packet.extend_from_slice(&WILL_PLACEHOLDER);
-        packet.extend_from_slice(b"user");
-        let reads = AtomicU32::new(0);
-        let payload = will_payload(9);
-        let counters = Counters::new();
-        let hold = AtomicBool::new(false);
-        let mut io = Heard {
-            io: Trickle(std::vec::Vec::new()),
-            reads: &reads,
-            counters: &counters,
-            acks: Acks::default(),
-            will: Some(&payload),
-            batch: Batch::new(&mut []),
-            hold: &hold,
-        };
-        futures::executor::block_on(async {
-            io.write_all(&packet).await.unwrap();
-            io.flush().await.unwrap();
-        });
-        let mut want = std::vec![0x10, 0x7f, 0xff, 0x00];
-        want.extend_from_slice(&will_payload(9));
-        want.extend_from_slice(b"user");
-        assert_eq!(io.io.0, want);
-    }
-
-    #[test]
-    fn acks_are_counted_across_any_split_of_the_stream() {
-        // PUBACK, PINGRESP, a PUBLISH whose body (200 bytes, two-byte
-        // remaining length) is full of PUBACK-looking bytes, SUBACK,
-        // PUBCOMP, PUBACK with a reason code.
-        let mut stream = std::vec![0x40, 0x02, 0x00, 0x01, 0xd0, 0x00, 0x30, 0xc8, 0x01];
-        stream.extend(core::iter::repeat_n(0x40, 200));
-        stream.extend_from_slice(&[0x90, 0x04, 0x00, 0x02, 0x00, 0x00]);
-        stream.extend_from_slice(&[0x70, 0x02, 0x00, 0x03]);
-        stream.extend_from_slice(&[0x40, 0x03, 0x00, 0x04, 0x10]);
-        for cut in 0..=stream.len() {
-            let mut acks = Acks::default();
-            let (a, b) = stream.split_at(cut);
-            assert_eq!(acks.feed(a) + acks.feed(b), 3, "cut at {cut}");
-        }
-        let mut acks = Acks::default();
-        let one_by_one: u32 = stream
-            .iter()
-            .map(|b| acks.feed(core::slice::from_ref(b)))
-            .sum();
-        assert_eq!(one_by_one, 3);
-    }
-
-    /// A transport that takes at most 3 bytes per write.
-    struct Trickle(std::vec::Vec<u8>);
-
-    impl ErrorType for Trickle {
-        type Error = core::convert::Infallible;
-    }
-
-    impl Write for Trickle {
-        async fn write(&mut self, buf: &[u8]) -> Result<usize, Self::Error> {
-            let n = buf.len().min(3);
-            self.0.extend_from_slice(&buf[..n]);
-            Ok(n)
-        }
-
-        async fn flush(&mut self) -> Result<(), Self::Error> {
-            Ok(())
-        }
     }
 }
