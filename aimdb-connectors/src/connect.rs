@@ -120,8 +120,8 @@ where
     }
 }
 
-/// Two halves as one `Read + Write` stream, for a client (minimq) that
-/// takes one.
+/// Two halves as one `Read + Write` stream, for a client (the MQTT
+/// session) that takes one.
 #[derive(Debug)]
 pub struct Duplex<R, W> {
     /// The receiving half.

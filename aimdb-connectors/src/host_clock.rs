@@ -1,11 +1,11 @@
 //! embassy-time's clock on a host (feature `tokio` with `mqtt` or
-//! `embassy-net`): the time driver minimq and embassy-net read their time
+//! `embassy-net`): the time driver the MQTT session and embassy-net read their time
 //! from, and the timer queue behind `embassy_time::Timer`.
 //!
 //! Why not embassy-time's own `std` driver: its `now()` takes the same
 //! global lock as every timer registration and its alarm thread, and
-//! minimq reads the clock and registers its keep-alive deadline on every
-//! poll, that is, for every message. With two connectors on two tokio
+//! the MQTT session registers its keep-alive deadline on every poll, that
+//! is, for every message. With two connectors on two tokio
 //! worker threads the lock is contended and each registration can wake
 //! the alarm thread: several futex calls and a context switch per
 //! message. Here `now()` reads a monotonic clock without a lock, and the

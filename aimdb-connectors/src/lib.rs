@@ -11,7 +11,7 @@
 //! | module | what | feature |
 //! | --- | --- | --- |
 //! | [`framed`] | COBS + postcard frames over any byte stream (UART, TCP, UDS, pipes); [`Framed::run`](framed::Framed::run) for one connection, [`Framed::run_reconnecting`](framed::Framed::run_reconnecting) for the reconnect loop | always |
-//! | `mqtt` | an MQTT 5 client connector on minimq, no heap, keep-alive, reconnect, sessions | `mqtt` |
+//! | `mqtt` | an MQTT 5 client connector, no heap, a configurable in-flight window, keep-alive, reconnect, sessions | `mqtt` |
 //! | [`loopback`] | an in-memory duplex pair, for tests and benches | always |
 //! | [`connect`] | [`Connect`]: opens a connection (two halves) for both reconnecting connectors | always |
 //! | [`reconnect`] | the backoff and policy both reconnecting connectors use | always |

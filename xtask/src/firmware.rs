@@ -462,7 +462,7 @@ fn check_core() -> Result<()> {
         }
         let builds: [(&str, &[&str]); 3] = [
             ("aimdb-core", &[]),
-            // The connectors with MQTT (minimq, embassy-time), no std, no alloc.
+            // The connectors with MQTT (embassy-time), no std, no alloc.
             ("aimdb-connectors", &["--features", "mqtt"]),
             // And with the embassy-net TcpConnect (smoltcp).
             ("aimdb-connectors", &["--features", "mqtt,embassy-net"]),
@@ -489,7 +489,7 @@ fn check_core() -> Result<()> {
     // without one, so a successful link proves aimdb-core (default features
     // off) pulls in no `alloc`; on the Debian route the sysroot even has
     // only `core` (-Zbuild-std=core). The symbol scan is a second, direct
-    // look: the self-test and the MQTT device (minimq inside).
+    // look: the self-test and the MQTT device.
     build_firmware(&tc, "thumbv6m-none-eabi", &[])?;
     for bin in ["selftest", "device-mqtt"] {
         let elf = fw_elf("thumbv6m-none-eabi", bin);

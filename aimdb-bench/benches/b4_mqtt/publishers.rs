@@ -49,7 +49,7 @@ const STOP_WAIT: Duration = Duration::from_secs(10);
 /// Which client publishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Client {
-    /// This project's MQTT connector (minimq inside).
+    /// This project's MQTT connector.
     Ours,
     /// rumqttc's `AsyncClient`.
     Rumqttc,
