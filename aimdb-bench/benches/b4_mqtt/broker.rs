@@ -6,7 +6,9 @@
 //! client is unbounded (`max_queued_messages 0`): mosquitto otherwise
 //! drops QoS 0 messages for a subscriber more than 1,000 packets behind,
 //! and a message lost there would be the bench's subscriber, not the
-//! publisher under test. It logs errors and warnings only (to a file):
+//! publisher under test. Its receive maximum is [`IN_FLIGHT`] (mosquitto's
+//! default is 20), so both publishers keep the same window. It logs
+//! errors and warnings only (to a file):
 //! `log_type all` writes a line per message.
 //!
 //! CPU time is the kernel's per-thread run time in nanoseconds
@@ -15,6 +17,11 @@
 //! `/proc/PID/stat`, and no `unsafe` (`clock_gettime` would need it).
 
 use std::collections::BTreeMap;
+
+/// QoS 1 publishes unacknowledged at most, for both publishers: rumqttc's
+/// default (`MqttOptions::set_inflight`), our `Config::max_in_flight`, and
+/// the broker's receive maximum (`max_inflight_messages`).
+pub const IN_FLIGHT: u16 = 100;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -58,7 +65,8 @@ impl Broker {
         // a `mosquitto` user that may not exist; ignored otherwise.
         let conf = format!(
             "user root\nlog_dest file {}\nlog_type error\nlog_type warning\n\
-             listener {port} 127.0.0.1\nallow_anonymous true\nmax_queued_messages 0\n",
+             listener {port} 127.0.0.1\nallow_anonymous true\nmax_queued_messages 0\n\
+             max_inflight_messages {IN_FLIGHT}\n",
             log.display()
         );
         let conf_path = dir.join("mosquitto.conf");

@@ -33,7 +33,7 @@ use aimdb_core::record::{Record, Ring};
 use aimdb_core::sync::{HostRawMutex, Readiness};
 use futures::channel::oneshot;
 
-use crate::broker::own_tid;
+use crate::broker::{self, own_tid};
 use crate::subscriber::value;
 
 /// Most routes a scenario uses.
@@ -239,7 +239,9 @@ async fn ours(job: Job, control: Control) -> Report {
         tx: &mut tx,
         counters: &counters,
     };
-    let Ok(client) = Mqtt::new(mqtt::Config::new(&id), parts) else {
+    let mut config = mqtt::Config::new(&id);
+    config.max_in_flight = broker::IN_FLIGHT;
+    let Ok(client) = Mqtt::new(config, parts) else {
         return failed("connector configuration refused");
     };
     let mut client = client.with_write_buffer(&mut batch);
@@ -305,6 +307,7 @@ async fn rumqttc(job: Job, control: Control) -> Report {
     };
     let mut opts = MqttOptions::new(format!("b4-rumqttc-{}", job.tag), "127.0.0.1", job.port);
     opts.set_keep_alive(Duration::from_secs(30));
+    opts.set_inflight(broker::IN_FLIGHT);
     let (client, mut events) = AsyncClient::new(opts, WINDOW as usize);
     let mut net = NetworkOptions::new();
     net.set_tcp_nodelay(true);
