@@ -234,10 +234,10 @@ impl<'a> Session<'a> {
         id
     }
 
-    /// Free TX from the tail on, moving the records to the front if that
-    /// gives more.
-    fn scratch(&mut self) -> &mut [u8] {
-        if self.head > 0 {
+    /// Free TX from the tail on; the records move to the front only when
+    /// fewer than `need` bytes are free (so not on every publish).
+    fn scratch(&mut self, need: usize) -> &mut [u8] {
+        if self.head > 0 && self.tx.len() - self.tail < need {
             self.tx.copy_within(self.head..self.tail, 0);
             self.tail -= self.head;
             self.head = 0;
@@ -339,16 +339,23 @@ impl<'a, IO: Read + Write> Connection<'_, 'a, IO> {
     async fn handshake(&mut self, will_payload: &[u8]) -> Result<(), Error<IO::Error>> {
         let clean = !self.s.resumable;
         let settings = self.s.settings;
-        let (first, len) = encode_connect(
-            &settings,
-            clean,
-            self.s.rx.len(),
-            will_payload,
-            self.s.scratch(),
-        )
-        .ok_or(Error::NoRoom)?;
-        let tail = self.s.tail;
-        self.send(tail + first, tail + first + len).await?;
+        let rx_len = self.s.rx.len();
+        // The CONNECT is built in RX, idle until the CONNACK arrives: the
+        // records a resumable session keeps in flight may fill TX. TX's
+        // free tail serves when RX is the smaller.
+        if let Some((first, len)) =
+            encode_connect(&settings, clean, rx_len, will_payload, self.s.rx)
+        {
+            write_all(&mut self.io, &self.s.rx[first..first + len]).await?;
+            self.wrote = true;
+            self.io.flush().await.map_err(Error::Transport)?;
+        } else {
+            let scratch = self.s.scratch(usize::MAX);
+            let (first, len) = encode_connect(&settings, clean, rx_len, will_payload, scratch)
+                .ok_or(Error::NoRoom)?;
+            let tail = self.s.tail;
+            self.send(tail + first, tail + first + len).await?;
+        }
         // CONNACK first; anything after it stays in RX.
         let (first, h, rem) = loop {
             if let Some(hdr) = fixed_header(&self.s.rx[..self.filled])? {
@@ -715,7 +722,7 @@ impl<'a, IO: Read + Write> Connection<'_, 'a, IO> {
         if topic.len() > usize::from(u16::MAX) || remaining > VARINT_MAX || len > self.max_packet {
             return Err(PubError::TooLarge);
         }
-        if HEAD + len > self.s.scratch().len() {
+        if HEAD + len > self.s.scratch(HEAD + len).len() {
             // Room comes back as acknowledgements arrive.
             return Err(if self.s.tail > 0 {
                 PubError::Busy
@@ -730,7 +737,7 @@ impl<'a, IO: Read + Write> Connection<'_, 'a, IO> {
             1 => AWAIT_PUBACK,
             _ => AWAIT_PUBREC,
         };
-        let scratch = self.s.scratch();
+        let scratch = self.s.scratch(HEAD + len);
         scratch[..HEAD].copy_from_slice(&[state, hi, lo]);
         let mut w = Writer::new(&mut scratch[HEAD..HEAD + len]);
         let retain = retain && self.retain_ok;
@@ -767,7 +774,7 @@ impl<'a, IO: Read + Write> Connection<'_, 'a, IO> {
         let id = self.s.take_id();
         let remaining = 2 + 1 + 2 + filter.len() + 1;
         let len = packet_len(remaining);
-        let scratch = self.s.scratch();
+        let scratch = self.s.scratch(len);
         let mut w = Writer::new(scratch.get_mut(..len).ok_or(Error::NoRoom)?);
         (|| {
             w.header(SUBSCRIBE << 4 | 0x02, remaining)?;
@@ -1011,6 +1018,53 @@ mod tests {
             // No PUBREL for a refused publish.
             assert_eq!(c.io.out.len(), before);
             assert!(matches!(c.poll().await, Err(Error::Protocol)));
+        });
+    }
+
+    #[test]
+    fn a_full_tx_makes_room_at_the_front_and_still_reconnects() {
+        let counters = Counters::new();
+        // Five QoS 1 records of 3 + 9 bytes fill 60 of 64 bytes.
+        let (mut rx, mut tx) = ([0u8; 64], [0u8; 64]);
+        let mut s = Session::new(settings(60), &mut rx, &mut tx, &counters);
+        let mut script = CONNACK.to_vec();
+        for id in 1..=3 {
+            script.extend_from_slice(&[0x40, 0x02, 0x00, id]);
+        }
+        let io = |inbound: Vec<u8>| Script {
+            inbound,
+            at: 0,
+            chunk: 5,
+            out: Vec::new(),
+        };
+        let publish = |n: u8| [0x32, 0x07, 0, 1, b't', 0, n, 0, b'0' + n];
+        futures::executor::block_on(async {
+            let mut c = s.connect(io(script), &[]).await.unwrap();
+            for n in 1..=5 {
+                let p = [b'0' + n];
+                c.publish("t", &p, QoS::AtLeastOnce, false).await.unwrap();
+            }
+            while counters.acked() < 3 {
+                c.poll().await.unwrap();
+            }
+            // Only 4 bytes are left behind the tail: the two still in
+            // flight move to the front to make room for two more.
+            for n in 6..=7 {
+                let p = [b'0' + n];
+                c.publish("t", &p, QoS::AtLeastOnce, false).await.unwrap();
+            }
+        });
+        // Four records take 48 of TX's 64 bytes, too few for the CONNECT.
+        futures::executor::block_on(async {
+            let c = s.connect(io(CONNACK_RESUMED.to_vec()), &[]).await.unwrap();
+            let connect_len = usize::from(c.io.out[1]) + 2;
+            let mut want = Vec::new();
+            for n in 4..=7 {
+                let mut p = publish(n);
+                p[0] |= 0x08;
+                want.extend_from_slice(&p);
+            }
+            assert_eq!(&c.io.out[connect_len..], want);
         });
     }
 
