@@ -12,6 +12,15 @@
 //! alarm thread is woken only when a deadline earlier than the one it
 //! sleeps until is registered.
 //!
+//! The timer queue keeps one entry per waiting task (its earliest
+//! deadline) and grows with the number of such tasks instead of waking
+//! one early when full. A task is recognised by its waker's data and
+//! vtable contents, not only by `Waker::will_wake`: in an optimised build
+//! a vtable can exist twice, and tokio's `block_on` waker and its clone
+//! then compare unequal, so every poll of a pending `Timer` would add an
+//! entry; a bounded queue, once full, would wake the polling task itself,
+//! which spins.
+//!
 //! It is the program's one embassy-time driver: do not also turn on
 //! `embassy-time`'s `std` feature (the link fails with two). Ticks are
 //! microseconds (embassy-time's default tick rate).
@@ -19,13 +28,9 @@
 use core::task::Waker;
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
+use std::vec::Vec;
 
 use embassy_time_driver::Driver;
-use embassy_time_queue_utils::queue_generic::ConstGenericQueue;
-
-/// Tasks with a timer at once (more: the earliest is woken early, and
-/// re-registers when it next waits).
-const TIMERS: usize = 64;
 
 struct HostClock {
     zero: OnceLock<Instant>,
@@ -34,7 +39,7 @@ struct HostClock {
 }
 
 struct Alarm {
-    queue: ConstGenericQueue<TIMERS>,
+    queue: Queue,
     /// The tick the alarm thread sleeps until (`u64::MAX`: none).
     armed: u64,
     started: bool,
@@ -43,7 +48,7 @@ struct Alarm {
 embassy_time_driver::time_driver_impl!(static CLOCK: HostClock = HostClock {
     zero: OnceLock::new(),
     alarm: Mutex::new(Alarm {
-        queue: ConstGenericQueue::new(),
+        queue: Queue::new(),
         armed: u64::MAX,
         started: false,
     }),
@@ -80,6 +85,51 @@ impl Driver for HostClock {
     }
 }
 
+/// Deadlines and the wakers to wake at them, one entry per task.
+struct Queue {
+    entries: Vec<(u64, Waker)>,
+}
+
+impl Queue {
+    const fn new() -> Self {
+        Self {
+            entries: Vec::new(),
+        }
+    }
+
+    /// Asks for `waker` to be woken at `at` (or at the earlier deadline
+    /// its task already has); `true` if its deadline moved earlier.
+    fn schedule_wake(&mut self, at: u64, waker: &Waker) -> bool {
+        match self.entries.iter_mut().find(|(_, w)| same_task(w, waker)) {
+            Some((due, _)) if at < *due => *due = at,
+            Some(_) => return false,
+            None => self.entries.push((at, waker.clone())),
+        }
+        true
+    }
+
+    /// Wakes (and forgets) what is due at `now`; the next deadline.
+    fn next_expiration(&mut self, now: u64) -> u64 {
+        let mut next = u64::MAX;
+        let mut i = 0;
+        while i < self.entries.len() {
+            if self.entries[i].0 <= now {
+                self.entries.swap_remove(i).1.wake();
+            } else {
+                next = next.min(self.entries[i].0);
+                i += 1;
+            }
+        }
+        next
+    }
+}
+
+/// Whether `a` and `b` wake the same task: `will_wake`, or the same data
+/// and a vtable with the same functions (a second copy of one vtable).
+fn same_task(a: &Waker, b: &Waker) -> bool {
+    a.will_wake(b) || (a.data() == b.data() && a.vtable() == b.vtable())
+}
+
 /// Wakes what is due, then sleeps until the next deadline or until an
 /// earlier one is registered.
 fn alarm_thread() {
@@ -103,7 +153,52 @@ fn alarm_thread() {
 
 #[cfg(test)]
 mod tests {
+    use core::future::{poll_fn, Future};
+    use core::pin::pin;
+    use core::task::Poll;
+
     use embassy_time::{Duration, Instant, Timer};
+
+    use super::CLOCK;
+
+    /// A pending `Timer` polled again and again by one task holds one
+    /// queue entry and does not wake its task. Meaningful in an optimised
+    /// build (`make test` runs it with `--release`), where tokio's
+    /// `block_on` waker and its clone do not `will_wake` each other.
+    #[test]
+    fn a_timer_polled_again_keeps_one_entry_and_wakes_nobody() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut timer = pin!(Timer::after(Duration::from_secs(3600)));
+            let mut polls = 0;
+            let spin = poll_fn(|cx| {
+                polls += 1;
+                for _ in 0..100 {
+                    assert!(timer.as_mut().poll(cx).is_pending());
+                }
+                let data = cx.waker().data();
+                let queue = &CLOCK.alarm().queue;
+                let mine = queue.entries.iter().filter(|(_, w)| w.data() == data);
+                assert_eq!(mine.count(), 1, "entries for this task");
+                if polls == 100 {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            });
+            // The paused clock moves on only when the runtime is idle: the
+            // sleep ends unless the spinning task keeps being woken.
+            tokio::select! {
+                biased;
+                () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                () = spin => panic!("woken 100 times with nothing due"),
+            }
+        });
+    }
 
     /// Timers on two worker threads fire (the alarm thread is woken for a
     /// deadline earlier than the hour it sleeps towards), never before
