@@ -16,8 +16,8 @@
 //! deadline) and grows with the number of such tasks instead of waking
 //! one early when full. A task is recognised by its waker's data and
 //! vtable contents, not only by `Waker::will_wake`: in an optimised build
-//! a vtable can exist twice, and tokio's `block_on` waker and its clone
-//! then compare unequal, so every poll of a pending `Timer` would add an
+//! a vtable can exist twice, and a current-thread tokio runtime's
+//! `block_on` waker and its clone then compare unequal, so every poll of a pending `Timer` would add an
 //! entry; a bounded queue, once full, would wake the polling task itself,
 //! which spins.
 //!
@@ -163,8 +163,9 @@ mod tests {
 
     /// A pending `Timer` polled again and again by one task holds one
     /// queue entry and does not wake its task. Meaningful in an optimised
-    /// build (`make test` runs it with `--release`), where tokio's
-    /// `block_on` waker and its clone do not `will_wake` each other.
+    /// build (`make test` runs it with `--release`), where a current-thread
+    /// runtime's `block_on` waker and its clone do not `will_wake` each
+    /// other.
     #[test]
     fn a_timer_polled_again_keeps_one_entry_and_wakes_nobody() {
         let rt = tokio::runtime::Builder::new_current_thread()
