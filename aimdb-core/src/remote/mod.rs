@@ -147,7 +147,7 @@ pub use postcard_schema::Schema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::codec::{Encode, EncodeError};
+use crate::codec::{Decode, Encode, EncodeError};
 use crate::connector::DispatchError;
 use crate::link::LinkState;
 use crate::record::{Buffer, Kind, Latest, Record, RecvError, Source};
@@ -161,7 +161,8 @@ pub trait Access {
     /// Encodes the newest value (postcard) into `out`: its length, or
     /// `None` if the record holds none.
     fn get(&self, out: &mut [u8]) -> Result<Option<usize>, EncodeError>;
-    /// Decodes `bytes` (postcard) and writes the value.
+    /// Decodes `bytes` (postcard, the whole of them) and writes the value;
+    /// bytes that do not decode, or are left over, write nothing.
     fn set(&self, bytes: &[u8]) -> Result<(), RequestError>;
     /// Writes so far.
     fn writes(&self) -> u64;
@@ -188,7 +189,11 @@ where
     }
 
     fn set(&self, bytes: &[u8]) -> Result<(), RequestError> {
-        let v = postcard::from_bytes::<B::Item>(bytes).map_err(|_| RequestError::Malformed)?;
+        // As every inbound link decodes: left-over bytes are a value of
+        // another type (a host whose type drifted), not one to write.
+        let v: B::Item = crate::codec::Postcard
+            .decode(bytes)
+            .map_err(|_| RequestError::Malformed)?;
         self.write(v);
         Ok(())
     }

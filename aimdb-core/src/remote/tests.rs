@@ -241,6 +241,62 @@ fn a_read_only_record_refuses_set_and_keeps_its_value() {
 }
 
 #[test]
+fn a_set_value_with_bytes_left_over_is_malformed_and_writes_nothing() {
+    node!(READINGS, LED, CMD, RESPONDER, READY);
+    tables!(RESPONDER, READY, 256, dispatch, routes);
+
+    // A `bool` and one byte more (found by the `responder` fuzz target).
+    let r = ask(
+        &mut dispatch,
+        &mut routes,
+        &request(
+            1,
+            Op::Set {
+                record: "led",
+                value: &[0, 0],
+            },
+        ),
+    );
+    assert_eq!((r.id, r.result), (1, Err(RequestError::Malformed)));
+    assert_eq!(LED.writes(), 0);
+    // A value of another type whose first field reads as the record's
+    // (`seq` 1 as `true`): a host with a drifted type is refused, as the
+    // inbound link refuses it.
+    let reading = postcard::to_allocvec(&Reading {
+        seq: 1,
+        millideg: 7,
+    })
+    .unwrap();
+    let r = ask(
+        &mut dispatch,
+        &mut routes,
+        &request(
+            2,
+            Op::Set {
+                record: "led",
+                value: &reading,
+            },
+        ),
+    );
+    assert_eq!(r.result, Err(RequestError::Malformed));
+    assert_eq!(LED.writes(), 0);
+    // The exact value is still written.
+    let r = ask(
+        &mut dispatch,
+        &mut routes,
+        &request(
+            3,
+            Op::Set {
+                record: "led",
+                value: &[1],
+            },
+        ),
+    );
+    assert_eq!(r.result, Ok(Body::Written));
+    assert_eq!(LED.latest(), Some(true));
+}
+
+#[test]
 fn malformed_busy_and_oversized_requests_get_typed_answers() {
     node!(READINGS, LED, CMD, RESPONDER, READY);
     tables!(RESPONDER, READY, 256, dispatch, routes);
