@@ -223,9 +223,12 @@ macro_rules! counted {
 #[cfg(feature = "remote")]
 pub(crate) use counted;
 
+pub mod clock;
 pub mod connect;
+mod counters;
 #[cfg(feature = "embassy-net")]
 pub mod embassy_net;
+pub mod engine;
 #[cfg(feature = "testing")]
 pub mod fault;
 pub mod framed;
@@ -235,6 +238,7 @@ pub mod loopback;
 #[cfg(feature = "mqtt")]
 pub mod mqtt;
 pub mod reconnect;
+pub mod runner;
 #[cfg(feature = "tokio")]
 pub mod tokio_io;
 

@@ -89,6 +89,7 @@ pub use embedded_io_adapters::tokio_1::FromTokio;
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use tokio::net::{tcp, unix, TcpStream, UnixStream};
 
+use crate::clock::{Clock, Instant};
 use crate::connect::{io_failure, Connect, ConnectFailure};
 
 /// Read and write halves of a TCP stream (no lock between them).
@@ -187,6 +188,45 @@ impl Connect for UnixConnect {
     }
     fn failure(error: &std::io::Error) -> ConnectFailure {
         io_failure(error)
+    }
+}
+
+/// The connectors' [`Clock`] on tokio's timer: `now` is tokio's
+/// `Instant` (so paused time in tests applies), sleeps are tokio sleeps.
+/// Instants count from the clock's creation; copies share it.
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    epoch: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock starting now.
+    pub fn new() -> Self {
+        Self {
+            epoch: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Instant {
+        let us = self.epoch.elapsed().as_micros();
+        Instant::from_micros(u64::try_from(us).unwrap_or(u64::MAX))
+    }
+    async fn sleep_until(&self, at: Instant) {
+        match self
+            .epoch
+            .checked_add(Duration::from_micros(at.as_micros()))
+        {
+            Some(t) if at != Instant::MAX => tokio::time::sleep_until(t).await,
+            _ => core::future::pending().await,
+        }
     }
 }
 

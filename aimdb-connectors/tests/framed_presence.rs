@@ -13,7 +13,7 @@ use std::time::Duration;
 use aimdb_connectors::fault::{Fault, Faulty, Plan};
 use aimdb_connectors::framed::{Config, Counters, Error, Framed, Heartbeat};
 use aimdb_connectors::loopback::{Pair, PipeReader, PipeWriter};
-use aimdb_connectors::tokio_io::TokioDelay;
+use aimdb_connectors::tokio_io::TokioClock;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound::{self, Dispatch};
 use aimdb_core::link::{Cause, LinkState};
@@ -110,7 +110,7 @@ fn a_stalled_peer_goes_silent_and_the_link_comes_back() {
     let seen = bounded(async {
         let run = a.run_reconnecting(
             Conns(VecDeque::from([first, second])),
-            TokioDelay,
+            TokioClock::new(),
             &mut a_in,
             &mut a_out,
         );
@@ -118,10 +118,10 @@ fn a_stalled_peer_goes_silent_and_the_link_comes_back() {
             let mut seen = Vec::new();
             // The task awaiting the link record: it wakes on each change.
             let (rx, tx) = first.b();
-            let stalled = b.run_with_timer(
+            let stalled = b.run_with_clock(
                 rx,
                 Faulty::new(tx, Plan::new().script(STALL)),
-                TokioDelay,
+                TokioClock::new(),
                 &mut b_in,
                 &mut b_out,
             );
@@ -140,7 +140,7 @@ fn a_stalled_peer_goes_silent_and_the_link_comes_back() {
             }
             // The stall ends: the peer runs again (a new connection).
             let (rx, tx) = second.b();
-            let again = b.run_with_timer(rx, tx, TokioDelay, &mut b_in, &mut b_out);
+            let again = b.run_with_clock(rx, tx, TokioClock::new(), &mut b_in, &mut b_out);
             let up = async {
                 loop {
                     let s = reader.recv().await.unwrap();
@@ -207,7 +207,7 @@ fn keepalives_are_counted_and_never_dispatched() {
     out.write(5);
     bounded(async {
         let runs = embassy_futures::join::join(
-            a.run_with_timer(a_rx, a_tx, TokioDelay, &mut a_in, &mut a_out),
+            a.run_with_clock(a_rx, a_tx, TokioClock::new(), &mut a_in, &mut a_out),
             b.run(b_rx, b_tx, &mut b_in, &mut b_out),
         );
         let watch = async {
@@ -254,9 +254,9 @@ fn a_task_awaiting_the_link_record_wakes_on_up_and_on_down() {
     let ((a_rx, a_tx), (b_rx, b_tx)) = (pair.a(), pair.b());
 
     let (up, down, end) = bounded(async {
-        let a_run = a.run_with_timer(a_rx, a_tx, TokioDelay, &mut a_in, &mut a_out);
+        let a_run = a.run_with_clock(a_rx, a_tx, TokioClock::new(), &mut a_in, &mut a_out);
         let test = async {
-            let peer = b.run_with_timer(b_rx, b_tx, TokioDelay, &mut b_in, &mut b_out);
+            let peer = b.run_with_clock(b_rx, b_tx, TokioClock::new(), &mut b_in, &mut b_out);
             let up = match select(peer, reader.recv()).await {
                 Either::First(e) => panic!("the peer ended: {e}"),
                 Either::Second(s) => s.unwrap(),
@@ -322,10 +322,10 @@ fn the_link_state_carries_the_peers_sequence() {
     let (b_rx2, b_tx2) = pair.b();
 
     let (seen, b_seen) = bounded(async {
-        let a_run = a.run_with_timer(a_rx, a_tx, TokioDelay, &mut a_in, &mut a_out);
+        let a_run = a.run_with_clock(a_rx, a_tx, TokioClock::new(), &mut a_in, &mut a_out);
         let test = async {
             let mut seen = Vec::new();
-            let peer = b.run_with_timer(b_rx, b_tx, TokioDelay, &mut b_in, &mut b_out);
+            let peer = b.run_with_clock(b_rx, b_tx, TokioClock::new(), &mut b_in, &mut b_out);
             let first = async {
                 seen.push(reader.recv().await.unwrap());
                 // B sees A's sequence too.
@@ -336,7 +336,7 @@ fn the_link_state_carries_the_peers_sequence() {
                 Either::Second(s) => s,
             };
             // B restarts on the same, still open, pair: its next birth.
-            let peer = b.run_with_timer(b_rx2, b_tx2, TokioDelay, &mut b_in, &mut b_out);
+            let peer = b.run_with_clock(b_rx2, b_tx2, TokioClock::new(), &mut b_in, &mut b_out);
             let next = async { reader.recv().await.unwrap() };
             match select(peer, next).await {
                 Either::First(e) => panic!("the peer ended: {e}"),

@@ -4,14 +4,15 @@
 
 mod common;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use aimdb_connectors::clock::{Clock, Instant};
 use aimdb_connectors::framed::{self, frame, Counters, Framed};
 use aimdb_connectors::loopback::{Pair, PipeReader, PipeWriter};
 use aimdb_connectors::reconnect::{Backoff, Reconnect, Stopped};
-use aimdb_connectors::tokio_io::{TcpConnect, TokioDelay};
+use aimdb_connectors::tokio_io::{TcpConnect, TokioClock};
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound::{Dispatch, LocalDispatch};
 use aimdb_core::outbound;
@@ -21,7 +22,6 @@ use aimdb_core::sync::{HostRawMutex, Readiness};
 use common::{block_on, leak};
 use embassy_futures::join::join;
 use embassy_sync::blocking_mutex::raw::NoopRawMutex;
-use embedded_hal_async::delay::DelayNs;
 use embedded_io_async::Read;
 
 type P = Pair<NoopRawMutex, 512>;
@@ -47,16 +47,22 @@ impl aimdb_connectors::Connect for Script {
     }
 }
 
-/// Records every wait asked for and returns at once.
+/// A clock that records every wait asked for (in milliseconds) and
+/// jumps to its end at once.
 #[derive(Default)]
-struct Waits(RefCell<Vec<u32>>);
+struct Waits(RefCell<Vec<u32>>, Cell<u64>);
 
-impl DelayNs for &Waits {
-    async fn delay_ns(&mut self, ns: u32) {
-        self.0.borrow_mut().push(ns / 1_000_000);
+impl Clock for Waits {
+    fn now(&self) -> Instant {
+        Instant::from_micros(self.1.get())
     }
-    async fn delay_ms(&mut self, ms: u32) {
-        self.0.borrow_mut().push(ms);
+    async fn sleep_until(&self, at: Instant) {
+        if at == Instant::MAX {
+            return std::future::pending().await;
+        }
+        let wait = at.saturating_duration_since(self.now());
+        self.0.borrow_mut().push(wait.as_millis() as u32);
+        self.1.set(at.as_micros());
     }
 }
 
@@ -244,7 +250,7 @@ async fn over_tcp_every_connection_gets_the_state_and_values_stay_in_order() {
     let connector = tokio::spawn(async move {
         Framed::new(&COUNTERS)
             .with_config(config)
-            .run_reconnecting(connect, TokioDelay, &mut dispatch, &mut routes)
+            .run_reconnecting(connect, TokioClock::new(), &mut dispatch, &mut routes)
             .await
     });
 

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use aimdb_connectors::framed::{Config, Counters, Framed, Heartbeat};
-use aimdb_connectors::tokio_io::{self, TokioDelay};
+use aimdb_connectors::tokio_io::{self, TokioClock};
 use aimdb_core::inbound::Dispatch;
 use aimdb_core::link::LinkState;
 use aimdb_core::outbound::{self, Routes};
@@ -137,7 +137,7 @@ impl Node {
                 ));
                 let mut framed = Framed::new(counters).with_config(config).with_link(link);
                 let _ = framed
-                    .run_with_timer(rx, tx, TokioDelay, &mut dispatch, &mut routes)
+                    .run_with_clock(rx, tx, TokioClock::new(), &mut dispatch, &mut routes)
                     .await;
             }
         })

@@ -18,6 +18,7 @@ use core::time::Duration;
 
 use portable_atomic::{AtomicU32, Ordering};
 
+use aimdb_connectors::clock::EmbassyClock;
 use aimdb_connectors::framed::{self, Framed};
 use aimdb_connectors::mqtt::{self, Mqtt, QoS};
 use aimdb_connectors::reconnect::Reconnect;
@@ -155,7 +156,7 @@ pub async fn connector<R: Read, W: Write>(rx: R, tx: W, config: framed::Config) 
         .with_config(config)
         .with_link(&LINK_STATE);
     framed
-        .run_with_timer(rx, tx, Delay, &mut dispatch, &mut routes)
+        .run_with_clock(rx, tx, EmbassyClock, &mut dispatch, &mut routes)
         .await
 }
 

@@ -20,7 +20,7 @@ use aimdb_connectors::framed::{self, Framed};
 use aimdb_connectors::mqtt::{self, Config, Connect, Counters, Mqtt, QoS, TlsConnect};
 use aimdb_connectors::reconnect::Backoff;
 use aimdb_connectors::tokio_io::TcpConnect;
-use aimdb_connectors::tokio_io::{self, FromTokio, TokioDelay};
+use aimdb_connectors::tokio_io::{self, FromTokio, TokioClock, TokioDelay};
 use aimdb_core::codec::{self, Json, Postcard};
 use aimdb_core::connector::{DispatchError, InboundStats};
 use aimdb_core::inbound;
@@ -215,7 +215,7 @@ pub async fn device(link: DeviceLink, readers: DeviceReaders) {
         .with_config(config)
         .with_link(&DEVICE_LINK_STATE);
     let stopped = framed
-        .run_reconnecting(link, TokioDelay, &mut dispatch, &mut routes)
+        .run_reconnecting(link, TokioClock::new(), &mut dispatch, &mut routes)
         .await;
     unreachable!("Reconnect::Always ended: {stopped}");
 }

@@ -16,7 +16,8 @@ use cortex_m_semihosting::hprintln;
 use embassy_futures::join::join;
 use embassy_futures::select::{select, Either};
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
-use embassy_time::{with_timeout, Delay};
+use aimdb_connectors::clock::EmbassyClock;
+use embassy_time::with_timeout;
 
 static LINK: Record<Cs, Latest<LinkState>, 1> = Record::new("fw-link");
 static PIPE: Pair<Cs, 128> = Pair::new();
@@ -53,10 +54,10 @@ pub async fn framed_link_state() -> bool {
     };
     let ((a_rx, a_tx), (b_rx, b_tx)) = (PIPE.a(), PIPE.b());
 
-    let a_run = a.run_with_timer(a_rx, a_tx, Delay, &mut a_in, &mut a_out);
+    let a_run = a.run_with_clock(a_rx, a_tx, EmbassyClock, &mut a_in, &mut a_out);
     // The task awaiting the link record (B runs until it saw the link up).
     let watch = async {
-        let peer = b.run_with_timer(b_rx, b_tx, Delay, &mut b_in, &mut b_out);
+        let peer = b.run_with_clock(b_rx, b_tx, EmbassyClock, &mut b_in, &mut b_out);
         let up = match select(peer, reader.recv()).await {
             Either::First(_) => return None,
             Either::Second(s) => s.ok()?,

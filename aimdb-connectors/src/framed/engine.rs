@@ -1,0 +1,512 @@
+//! The framed protocol as an [engine](crate::engine): codec, heartbeat and
+//! outbox, with no I/O and no clock.
+
+use aimdb_core::connector::{FrameSink, Message};
+use aimdb_core::link::Cause;
+
+use super::frame::{self, Decoder, Event, FrameError};
+use super::{Config, Counters, Error, Heartbeat, MAX_ENCODED, MAX_FRAME};
+use crate::clock::Instant;
+use crate::counters::bump;
+use crate::engine::{Failure, Io, IoEnd, Offer};
+
+/// Bytes read from the transport per `read` call.
+const READ_CHUNK: usize = 64;
+
+/// The framed protocol's state: a receive decoder of `RX` bytes and a
+/// transmit buffer (the outbox) of `TX` bytes, kept across connections.
+///
+/// Driven by [`Framed`](super::Framed) through the [runner](crate::runner);
+/// on its own it is a plain state machine (bytes and time in, bytes
+/// out), which is how the fuzz target drives it:
+///
+/// ```
+/// use aimdb_connectors::clock::Instant;
+/// use aimdb_connectors::engine::Engine as _;
+/// use aimdb_connectors::framed::{frame, Config, Counters, Engine};
+/// use aimdb_core::inbound::Dispatch;
+///
+/// static STATS: Counters = Counters::new();
+/// let mut engine = Engine::<64, 64>::new(&STATS, Config::new());
+/// let mut sink = Dispatch::<1, 1>::builder().build().unwrap();
+/// engine.open(Instant::ZERO);
+/// let mut wire = [0u8; 16];
+/// let n = frame::encode("t", b"x", &mut wire).unwrap();
+/// engine.io().rx[..n].copy_from_slice(&wire[..n]);
+/// engine.received(n, Instant::ZERO, &mut sink);
+/// // One frame, handed to the sink (which knows no topic `t`).
+/// assert_eq!((STATS.snapshot().received, STATS.snapshot().rejected), (1, 1));
+/// ```
+pub struct Engine<'s, const RX: usize = MAX_FRAME, const TX: usize = MAX_ENCODED> {
+    decoder: Decoder<RX>,
+    chunk: [u8; READ_CHUNK],
+    tx: [u8; TX],
+    out: Outbox,
+    counters: &'s Counters,
+    heartbeat: Option<Heartbeat>,
+    /// Keep time this connection (a clock is there): the heartbeat runs.
+    timed: bool,
+    /// Each connection is a new stream: forget a partly received frame
+    /// when one opens (not on a UART that stays open across runs).
+    fresh: bool,
+    /// Our birth sequence for the next connection.
+    next_seq: u64,
+    conn: Conn,
+}
+
+/// Where the transmit buffer stands; kept across connections so that a
+/// broken one loses no frame the transport did not accept.
+#[derive(Debug, Clone, Copy, Default)]
+struct Outbox {
+    /// Encoded frames in the transmit buffer.
+    len: usize,
+    /// Of those, bytes the transport accepted.
+    sent: usize,
+    /// A frame was cut off mid-way: a lone delimiter goes before the next.
+    resync: bool,
+    /// Urgent frames go in at or after this offset (after frames kept
+    /// from the last connection, the hello, and earlier urgent frames).
+    urgent_end: usize,
+    /// The keep-alive frame in the buffer, if any (`start..end`): at most
+    /// one, at the front of what is unsent.
+    keepalive: Option<(usize, usize)>,
+}
+
+/// One connection's view of the link.
+#[derive(Debug, Clone, Copy)]
+struct Conn {
+    /// Opened at least once (so there is a sequence to report).
+    opened: bool,
+    own: u64,
+    peer: Option<u64>,
+    online: bool,
+    /// The heartbeat runs this connection.
+    beating: bool,
+    heard_at: Instant,
+    wrote_at: Instant,
+    ended: Option<Error>,
+}
+
+/// The one byte that ends a frame cut off mid-way.
+const DELIMITER: &[u8] = &[0];
+
+impl<'s, const RX: usize, const TX: usize> Engine<'s, RX, TX> {
+    /// An engine counting into `counters`, with `config`'s heartbeat and
+    /// first birth sequence.
+    pub const fn new(counters: &'s Counters, config: Config) -> Self {
+        Self {
+            decoder: Decoder::new(),
+            chunk: [0; READ_CHUNK],
+            tx: [0; TX],
+            out: Outbox {
+                len: 0,
+                sent: 0,
+                resync: false,
+                urgent_end: 0,
+                keepalive: None,
+            },
+            counters,
+            heartbeat: config.heartbeat,
+            timed: true,
+            fresh: false,
+            next_seq: config.first_seq,
+            conn: Conn {
+                opened: false,
+                own: 0,
+                peer: None,
+                online: false,
+                beating: false,
+                heard_at: Instant::ZERO,
+                wrote_at: Instant::ZERO,
+                ended: None,
+            },
+        }
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &'s Counters {
+        self.counters
+    }
+
+    pub(super) fn set_config(&mut self, config: Config) {
+        self.heartbeat = config.heartbeat;
+        self.next_seq = config.first_seq;
+    }
+
+    /// Whether the next connections keep time (the heartbeat needs it)
+    /// and are new streams (a partly received frame is dropped).
+    pub(super) fn set_mode(&mut self, timed: bool, fresh: bool) {
+        self.timed = timed;
+        self.fresh = fresh;
+    }
+
+    /// Forgets a partly received frame.
+    pub fn reset(&mut self) {
+        self.decoder.reset();
+    }
+
+    /// Frames encoded but not (wholly) accepted by the transport: the
+    /// next connection sends them first.
+    pub fn unsent_frames(&self) -> usize {
+        let done = last_delimiter(&self.tx[..self.out.sent]);
+        self.tx[done..self.out.len]
+            .iter()
+            .filter(|&&b| b == 0)
+            .count()
+    }
+
+    /// Drops the outbound frames kept for re-sending.
+    pub fn discard_unsent(&mut self) {
+        self.out = Outbox::default();
+    }
+
+    /// Before a connection: frames already accepted leave the buffer; a
+    /// frame cut off mid-way moves to the front, to go again whole; a
+    /// keep-alive of the last connection is dropped (it carries its
+    /// sequence).
+    fn resume(&mut self) {
+        let out = &mut self.out;
+        // COBS frames hold no zero but their delimiter, so the last zero
+        // accepted ends the last frame that went out whole.
+        let done = last_delimiter(&self.tx[..out.sent]);
+        out.resync |= out.sent > done;
+        self.tx.copy_within(done..out.len, 0);
+        out.len -= done;
+        out.sent = 0;
+        if let Some((a, b)) = out.keepalive.take() {
+            if a >= done {
+                let (a, b) = (a - done, b - done);
+                self.tx.copy_within(b..out.len, a);
+                out.len -= b - a;
+            }
+        }
+    }
+
+    /// Queues a keep-alive of `seq` at the front of what is unsent.
+    fn queue_keepalive(&mut self, seq: u64) {
+        let out = &mut self.out;
+        let at = out.sent;
+        if let Ok(n) = encode_keepalive(seq, &mut self.tx[out.len..]) {
+            rotate_right(&mut self.tx[at..out.len + n], n);
+            out.len += n;
+            out.keepalive = Some((at, at + n));
+            out.urgent_end = out.urgent_end.max(at + n);
+        }
+    }
+
+    /// The first frame boundary at or after what the transport accepted:
+    /// bytes before it are (partly) on their way and stay where they are.
+    fn first_unstarted(&self) -> usize {
+        let sent = self.out.sent;
+        if sent == 0 || self.tx[sent - 1] == 0 {
+            return sent;
+        }
+        self.tx[sent..self.out.len]
+            .iter()
+            .position(|&b| b == 0)
+            .map_or(self.out.len, |i| sent + i + 1)
+    }
+
+    fn end_with(&mut self, e: Error) {
+        if self.conn.ended.is_none() {
+            if e == Error::PeerSilent {
+                bump(&self.counters.peer_silent, 1);
+            }
+            self.conn.ended = Some(e);
+        }
+    }
+
+    /// A frame arrived; `peer_seq` if it was a keep-alive.
+    fn heard(&mut self, peer_seq: Option<u64>) {
+        if peer_seq.is_some() {
+            self.conn.peer = peer_seq;
+        }
+        self.conn.online = true;
+    }
+
+    fn frame_error(&self, e: FrameError) {
+        let c = &self.counters;
+        bump(
+            match e {
+                FrameError::Oversized => &c.oversized,
+                FrameError::Cobs => &c.cobs_errors,
+                _ => &c.malformed,
+            },
+            1,
+        );
+    }
+}
+
+impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, TX> {
+    type End = Error;
+    const NAME: &'static str = "framed";
+
+    fn open(&mut self, now: Instant) {
+        let own = self.next_seq;
+        self.next_seq = own.wrapping_add(1);
+        let beating = self.timed && self.heartbeat.is_some();
+        if self.fresh {
+            self.decoder.reset();
+        }
+        self.resume();
+        self.out.urgent_end = self.out.len;
+        if beating {
+            // The hello: the peer learns our sequence at once.
+            self.queue_keepalive(own);
+        }
+        self.conn = Conn {
+            opened: true,
+            own,
+            peer: None,
+            // Without a heartbeat there is nothing to wait for.
+            online: !beating,
+            beating,
+            heard_at: now,
+            wrote_at: now,
+            ended: None,
+        };
+    }
+
+    fn io(&mut self) -> Io<'_> {
+        let out = &self.out;
+        let tx: &[u8] = if out.resync {
+            DELIMITER
+        } else {
+            &self.tx[out.sent..out.len]
+        };
+        Io {
+            rx: &mut self.chunk,
+            tx,
+        }
+    }
+
+    fn received<S: FrameSink + ?Sized>(&mut self, n: usize, now: Instant, sink: &mut S) {
+        if self.conn.ended.is_some() {
+            return;
+        }
+        let n = n.min(READ_CHUNK);
+        bump(&self.counters.bytes_in, n as u32);
+        self.conn.heard_at = now;
+        let mut at = 0;
+        while at < n {
+            // The decoder borrows the frame out of itself: copy what the
+            // event says, then act.
+            let (used, what) = match self.decoder.push(&self.chunk[at..n]) {
+                Event::NeedMore => break,
+                Event::Frame(f, used) if f.topic.is_empty() => {
+                    (used, Got::Keepalive(keepalive_seq(f.payload)))
+                }
+                Event::Frame(f, used) => {
+                    bump(&self.counters.received, 1);
+                    let ok = sink.dispatch(f.topic, f.payload).is_ok();
+                    (used, Got::Frame(ok))
+                }
+                Event::Error(e, used) => (used, Got::Bad(e)),
+            };
+            at += used;
+            match what {
+                Got::Keepalive(Some(seq)) => {
+                    bump(&self.counters.heartbeats_received, 1);
+                    self.heard(Some(seq));
+                }
+                Got::Keepalive(None) => {
+                    self.frame_error(FrameError::Malformed);
+                    self.heard(None);
+                }
+                Got::Frame(ok) => {
+                    if !ok {
+                        bump(&self.counters.rejected, 1);
+                    }
+                    self.heard(None);
+                }
+                Got::Bad(e) => self.frame_error(e),
+            }
+        }
+    }
+
+    fn transmitted(&mut self, n: usize, now: Instant) {
+        let out = &mut self.out;
+        if n == 0 {
+            return;
+        }
+        self.conn.wrote_at = now;
+        if out.resync {
+            out.resync = false;
+            bump(&self.counters.bytes_out, 1);
+            return;
+        }
+        let n = n.min(out.len - out.sent);
+        // Each frame whose delimiter went out counts; the keep-alive's
+        // apart.
+        let (mut frames, mut keepalives) = (0u32, 0u32);
+        for i in out.sent..out.sent + n {
+            if self.tx[i] == 0 {
+                if out.keepalive.is_some_and(|(_, b)| b == i + 1) {
+                    keepalives += 1;
+                } else {
+                    frames += 1;
+                }
+            }
+        }
+        out.sent += n;
+        bump(&self.counters.bytes_out, n as u32);
+        bump(&self.counters.sent, frames);
+        bump(&self.counters.heartbeats_sent, keepalives);
+        if out.keepalive.is_some_and(|(_, b)| b <= out.sent) {
+            out.keepalive = None;
+        }
+        if out.sent == out.len {
+            *out = Outbox::default();
+        }
+    }
+
+    fn accepting(&self) -> bool {
+        self.conn.opened && self.conn.ended.is_none()
+    }
+
+    fn offer(&mut self, m: &Message<'_>, _now: Instant) -> Offer {
+        let len = self.out.len;
+        let lagged = m.lagged.min(u64::from(u32::MAX)) as u32;
+        match frame::encode(m.topic, m.payload, &mut self.tx[len..]) {
+            Ok(n) => {
+                bump(&self.counters.lagged, lagged);
+                if m.urgent {
+                    // Ahead of the normal frames not yet started.
+                    let lo = self.out.urgent_end.max(self.first_unstarted()).min(len);
+                    rotate_right(&mut self.tx[lo..len + n], n);
+                    self.out.urgent_end = lo + n;
+                }
+                self.out.len += n;
+                Offer::Accepted
+            }
+            // Full: send what is there first.
+            Err(_) if len > 0 => Offer::Busy,
+            Err(_) => {
+                bump(&self.counters.lagged, lagged);
+                bump(&self.counters.dropped, 1);
+                Offer::TooLarge
+            }
+        }
+    }
+
+    fn poll_at(&self) -> Option<Instant> {
+        let c = &self.conn;
+        let hb = self.heartbeat.filter(|_| c.beating && c.ended.is_none())?;
+        // Silent for longer than the timeout: a microsecond past it.
+        let silent = c.heard_at + hb.timeout + core::time::Duration::from_micros(1);
+        let idle = self.out.len == 0 && !self.out.resync;
+        Some(if idle {
+            silent.min(c.wrote_at + hb.interval)
+        } else {
+            silent
+        })
+    }
+
+    fn poll(&mut self, now: Instant) {
+        let Some(due) = self.poll_at() else { return };
+        if now < due {
+            return;
+        }
+        let Some(hb) = self.heartbeat else { return };
+        if now > self.conn.heard_at + hb.timeout {
+            self.end_with(Error::PeerSilent);
+        } else if self.out.len == 0 && now >= self.conn.wrote_at + hb.interval {
+            self.queue_keepalive(self.conn.own);
+        }
+    }
+
+    fn end(&mut self, why: IoEnd) {
+        self.end_with(match why {
+            IoEnd::Closed => Error::Closed,
+            IoEnd::Read(k) => Error::Read(k),
+            IoEnd::Write(k) => Error::Write(k),
+        });
+    }
+
+    fn ended(&self) -> Option<Error> {
+        self.conn.ended
+    }
+
+    fn online(&self) -> Option<u64> {
+        let c = &self.conn;
+        (c.online && c.ended.is_none()).then(|| c.peer.unwrap_or(c.own))
+    }
+
+    fn link_seq(&self) -> Option<u64> {
+        let c = &self.conn;
+        c.opened.then(|| c.peer.unwrap_or(c.own))
+    }
+
+    fn cause(end: Error) -> Cause {
+        end.cause()
+    }
+
+    fn failed(&mut self, _why: Failure<Error>) {
+        bump(&self.counters.connect_failures, 1);
+    }
+
+    fn came_up(&mut self, again: bool) {
+        if again {
+            bump(&self.counters.reconnects, 1);
+        }
+    }
+
+    fn went_down(&mut self, _why: Option<Error>) {}
+}
+
+/// What a decoder event was, once the frame's borrow has ended.
+enum Got {
+    Keepalive(Option<u64>),
+    Frame(bool),
+    Bad(FrameError),
+}
+
+/// Encodes a keep-alive: an empty topic, the postcard varint of `seq`.
+fn encode_keepalive(seq: u64, out: &mut [u8]) -> Result<usize, frame::EncodeError> {
+    let mut var = [0u8; 10];
+    let mut n = seq;
+    let mut len = 0;
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            var[len] = byte;
+            len += 1;
+            break;
+        }
+        var[len] = byte | 0x80;
+        len += 1;
+    }
+    frame::encode("", &var[..len], out)
+}
+
+/// The sequence in a keep-alive's payload (`None` if it holds none).
+fn keepalive_seq(payload: &[u8]) -> Option<u64> {
+    match postcard::take_from_bytes::<u64>(payload) {
+        Ok((seq, [])) => Some(seq),
+        _ => None,
+    }
+}
+
+/// Index just past the last delimiter in `bytes` (0 if there is none).
+fn last_delimiter(bytes: &[u8]) -> usize {
+    bytes.iter().rposition(|&b| b == 0).map_or(0, |i| i + 1)
+}
+
+/// `bytes.rotate_right(n)` in three reversals through one small
+/// out-of-line loop: a fraction of the flash of `slice::rotate_right` or of
+/// three inlined `reverse`s, which matters on a device; a batch is at most
+/// `TX` bytes.
+#[inline(never)]
+fn rotate_right(bytes: &mut [u8], n: usize) {
+    fn flip(b: &mut [u8]) {
+        let len = b.len();
+        for i in 0..len / 2 {
+            b.swap(i, len - 1 - i);
+        }
+    }
+    flip(bytes);
+    let (front, back) = bytes.split_at_mut(n.min(bytes.len()));
+    flip(front);
+    flip(back);
+}

@@ -1,0 +1,678 @@
+//! The runner: drives any [`Engine`] over any [`Connect`], one task per
+//! connector.
+//!
+//! What every connector would otherwise write for itself lives here,
+//! once:
+//!
+//! - **connect, reconnect, backoff**: each attempt opens the transport
+//!   ([`Connect`]) and starts the engine; a failed attempt waits
+//!   [`Backoff::delay`]`(failures + 1)`, a dropped connection
+//!   `delay(1)`; [`Reconnect`] says when to give up. The attempt (opening
+//!   plus the engine coming up) is bounded by the connect timeout.
+//! - **one clock** ([`Clock`]): the engine's timers (`poll_at`), the
+//!   timeouts and the backoff all read and sleep on it.
+//! - **I/O**: reads, writes and flushes run concurrently (a peer that
+//!   writes while we write never deadlocks a small pipe), every pending
+//!   operation is polled on every wake-up so no direction starves the
+//!   other. Optionally the engine's output is gathered into one buffer
+//!   so a burst leaves in one transport write.
+//! - **the connector contract's steps** ([`aimdb_core::connector`]): the
+//!   outbound pull, in bursts of at most [`BURST`] messages; a message
+//!   the engine cannot take now keeps its [`Ready`] and goes first when
+//!   it can (across connections too); `replay_latest` on every
+//!   connection after the first.
+//! - **link state**: `connecting` before each attempt, `online` as the
+//!   engine reports it, `offline` with the cause when a connection ends,
+//!   `offline`/`stopped` on a stop — each written only when it changes.
+//! - **stop**: a stop future ends the run; a connection that is up first
+//!   says goodbye ([`Engine::close`]) within the close timeout.
+//!
+//! The transport's `read` and `write` futures are dropped when another
+//! event wins: both must be cancel-safe (no bytes moved by a dropped
+//! future), as tokio's streams, embassy-net sockets, embassy's buffered
+//! UARTs and this crate's loopback pair are.
+
+use core::future::{poll_fn, Future};
+use core::pin::{pin, Pin};
+use core::task::Poll;
+use core::time::Duration;
+
+use aimdb_core::connector::{FrameSink, MessageSource, Ready};
+use aimdb_core::link::{self, LinkState};
+use aimdb_core::record::Sink;
+use embassy_futures::select::{select, select3, Either, Either3};
+use embedded_io_async::{Error as _, ErrorKind, Read, Write};
+
+use crate::clock::{Clock, Instant};
+use crate::connect::Connect;
+use crate::engine::{Engine, Failure, IoEnd, Offer};
+use crate::reconnect::{Backoff, Reconnect, Stopped};
+
+/// Messages offered in one burst at most; then inbound, timers and the
+/// transport get their turn.
+pub const BURST: usize = 32;
+
+/// How a reconnecting run behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Settings {
+    pub reconnect: Reconnect,
+    pub backoff: Backoff,
+    /// Bound on opening the transport plus the engine coming up.
+    pub connect_timeout: Option<Duration>,
+    /// Bound on the goodbye after a stop.
+    pub close_timeout: Duration,
+}
+
+/// What one run drives: the engine, the clock, and the two tables.
+pub(crate) struct Drive<'d, E, K, S: ?Sized, M: ?Sized> {
+    pub engine: &'d mut E,
+    pub clock: &'d K,
+    pub sink: &'d mut S,
+    pub source: &'d mut M,
+}
+
+/// Where the link state goes, and what was last written there.
+struct Report<'l> {
+    sink: Option<&'l (dyn Sink<LinkState> + Sync)>,
+    last: Option<LinkState>,
+}
+
+impl Report<'_> {
+    /// Writes `state` unless it is what the record already holds.
+    fn set(&mut self, state: LinkState) {
+        if self.last != Some(state) {
+            self.last = Some(state);
+            if let Some(sink) = self.sink {
+                sink.write(state);
+            }
+        }
+    }
+
+    /// The sequence last reported (0 before the first).
+    fn seq(&self) -> u64 {
+        self.last.map_or(0, |s| s.seq)
+    }
+}
+
+/// Engine output copied out ahead of the transport: `buf[start..end]`
+/// is still to be written.
+struct Gather<'g> {
+    buf: &'g mut [u8],
+    start: usize,
+    end: usize,
+}
+
+/// How a connection ended.
+enum Outcome<X> {
+    /// The engine or the transport ended it; `up`: it had come up.
+    Ended { end: X, up: bool },
+    /// It did not come up within the connect timeout.
+    TimedOut,
+    /// The engine ended it to open it again at once.
+    Reopen,
+    /// The stop future completed (and the goodbye, if any, is done).
+    Stopped,
+}
+
+/// The runner's state that outlives a run: the held message, the link
+/// state, the gather buffer.
+pub(crate) struct Runner<'l> {
+    /// A message taken from the source that the engine has not taken.
+    held: Option<Ready>,
+    link: Report<'l>,
+    gather: Gather<'l>,
+    /// A connection came up before (so the next one replays).
+    connected_once: bool,
+    /// The sequence of the last connection that came online.
+    last_online: Option<u64>,
+}
+
+impl<'l> Runner<'l> {
+    pub(crate) const fn new() -> Self {
+        Self {
+            held: None,
+            link: Report {
+                sink: None,
+                last: None,
+            },
+            gather: Gather {
+                buf: &mut [],
+                start: 0,
+                end: 0,
+            },
+            connected_once: false,
+            last_online: None,
+        }
+    }
+
+    /// Reports the link state into `sink` from now on.
+    pub(crate) const fn set_link(&mut self, sink: &'l (dyn Sink<LinkState> + Sync)) {
+        self.link.sink = Some(sink);
+    }
+
+    /// Gathers engine output into `buf` before writing it.
+    pub(crate) fn set_gather(&mut self, buf: &'l mut [u8]) {
+        self.gather = Gather {
+            buf,
+            start: 0,
+            end: 0,
+        };
+    }
+
+    /// Forgets the held message (its value stays in its record).
+    pub(crate) fn discard_held(&mut self) {
+        self.held = None;
+    }
+
+    /// The link state last written.
+    pub(crate) fn link_state(&self) -> Option<LinkState> {
+        self.link.last
+    }
+
+    /// Drives one connection on `rx`/`tx` until it ends (no connect, no
+    /// reconnect, no stop): the engine must have been opened.
+    pub(crate) async fn one<E, K, S, M, R, W>(
+        &mut self,
+        d: &mut Drive<'_, E, K, S, M>,
+        rx: R,
+        tx: W,
+    ) -> E::End
+    where
+        E: Engine,
+        K: Clock,
+        S: FrameSink + ?Sized,
+        M: MessageSource + ?Sized,
+        R: Read,
+        W: Write,
+    {
+        d.engine.open(d.clock.now());
+        let stop = pin!(core::future::pending::<()>());
+        let limits = Limits {
+            open_until: None,
+            close_for: Duration::ZERO,
+            counted: false,
+        };
+        match self.connection(d, (rx, tx), limits, stop).await {
+            Outcome::Ended { end, .. } => {
+                self.ended(d.engine, end);
+                end
+            }
+            // No timeout, no stop, and no reopen on a single connection.
+            Outcome::TimedOut | Outcome::Reopen | Outcome::Stopped => core::future::pending().await,
+        }
+    }
+
+    /// Connects, drives, and reconnects as `settings` say, until the
+    /// policy gives up or `stop` completes.
+    pub(crate) async fn run<E, K, S, M, C, F>(
+        &mut self,
+        d: &mut Drive<'_, E, K, S, M>,
+        connect: &mut C,
+        settings: &Settings,
+        stop: F,
+    ) -> Stopped
+    where
+        E: Engine,
+        K: Clock,
+        S: FrameSink + ?Sized,
+        M: MessageSource + ?Sized,
+        C: Connect,
+        F: Future<Output = ()>,
+    {
+        let mut stop = pin!(stop);
+        // Failed attempts since the last connection that came up.
+        let mut failures = 0u32;
+        loop {
+            let seq = d.engine.next_seq().unwrap_or(self.link.seq());
+            self.link.set(LinkState::connecting(seq));
+            let open_until = settings.connect_timeout.map(|t| d.clock.now() + t);
+            let opened = select3(
+                connect.connect(),
+                d.clock.sleep_until(open_until.unwrap_or(Instant::MAX)),
+                stop.as_mut(),
+            )
+            .await;
+            let failure = match opened {
+                Either3::First(Ok(halves)) => {
+                    d.engine.open(d.clock.now());
+                    let limits = Limits {
+                        open_until,
+                        close_for: settings.close_timeout,
+                        counted: true,
+                    };
+                    match self.connection(d, halves, limits, stop.as_mut()).await {
+                        Outcome::Reopen => continue,
+                        Outcome::Stopped => return self.stopped(d.engine),
+                        Outcome::TimedOut => Failure::Timeout,
+                        Outcome::Ended { end, up: false } => {
+                            self.ended(d.engine, end);
+                            Failure::Ended(end)
+                        }
+                        Outcome::Ended { end, up: true } => {
+                            failures = 0;
+                            self.ended(d.engine, end);
+                            d.engine.went_down(Some(end));
+                            log_warn!("{}: connection lost", E::NAME);
+                            if !settings.reconnect.allows(0) {
+                                return Stopped::Disconnected;
+                            }
+                            if Self::backoff(d.clock, settings.backoff.delay(1), stop.as_mut())
+                                .await
+                            {
+                                return self.stopped(d.engine);
+                            }
+                            continue;
+                        }
+                    }
+                }
+                Either3::First(Err(e)) => Failure::Connect(C::failure(&e)),
+                Either3::Second(()) => Failure::Timeout,
+                Either3::Third(()) => return self.stopped(d.engine),
+            };
+            d.engine.failed(failure);
+            failures = failures.saturating_add(1);
+            if crate::log_shim::worth_logging(failures) {
+                log_warn!("{}: connection attempt {} failed", E::NAME, failures);
+            }
+            if !settings.reconnect.allows(failures) {
+                return Stopped::ConnectFailed(failures);
+            }
+            let wait = settings.backoff.delay(failures.saturating_add(1));
+            if Self::backoff(d.clock, wait, stop.as_mut()).await {
+                return self.stopped(d.engine);
+            }
+        }
+    }
+
+    /// Waits `wait`; `true` if `stop` completed first.
+    async fn backoff<K: Clock, F: Future<Output = ()>>(
+        clock: &K,
+        wait: Duration,
+        stop: Pin<&mut F>,
+    ) -> bool {
+        let until = clock.now() + wait;
+        matches!(
+            select(clock.sleep_until(until), stop).await,
+            Either::Second(())
+        )
+    }
+
+    /// A connection ended: `offline` with its cause, if it reports one.
+    fn ended<E: Engine>(&mut self, engine: &E, end: E::End) {
+        if let Some(seq) = engine.link_seq() {
+            self.link.set(LinkState::offline(seq, E::cause(end)));
+        }
+    }
+
+    /// Stopped on request: the link is down for that reason.
+    fn stopped<E: Engine>(&mut self, engine: &mut E) -> Stopped {
+        let seq = engine
+            .link_seq()
+            .or(self.last_online)
+            .unwrap_or(self.link.seq());
+        if engine.link_seq().is_some() {
+            engine.went_down(None);
+        }
+        self.link.set(LinkState::offline(seq, link::Cause::Stopped));
+        Stopped::Requested
+    }
+
+    /// The connection came up: counted, and from the second on, state
+    /// replayed (the held message still goes first).
+    fn came_up<E, K, S, M>(&mut self, d: &mut Drive<'_, E, K, S, M>, counted: bool)
+    where
+        E: Engine,
+        S: ?Sized,
+        M: MessageSource + ?Sized,
+    {
+        if !counted {
+            return;
+        }
+        let again = self.connected_once;
+        self.connected_once = true;
+        d.engine.came_up(again);
+        log_info!("{}: connected", E::NAME);
+        if again {
+            d.source.replay_latest();
+        }
+    }
+
+    /// Offers what is ready, up to [`BURST`] messages. `true`: the source
+    /// had nothing and holds this task's waker (no need to look again
+    /// before it wakes us).
+    async fn feed<E, K, S, M>(&mut self, d: &mut Drive<'_, E, K, S, M>) -> bool
+    where
+        E: Engine,
+        K: Clock,
+        S: ?Sized,
+        M: MessageSource + ?Sized,
+    {
+        let now = d.clock.now();
+        for _ in 0..BURST {
+            if !d.engine.accepting() {
+                return false;
+            }
+            let ready = match self.held.take() {
+                Some(r) => r,
+                None => match now_ready(d.source).await {
+                    Some(r) => r,
+                    None => return true,
+                },
+            };
+            match d.engine.offer(&d.source.message(ready), now) {
+                Offer::Accepted | Offer::TooLarge => self.gather(d.engine, now),
+                Offer::Busy => {
+                    self.held = Some(ready);
+                    return false;
+                }
+            }
+        }
+        false
+    }
+
+    /// With a gather buffer: moves engine output into it while it has
+    /// room.
+    fn gather<E: Engine>(&mut self, engine: &mut E, now: Instant) {
+        let g = &mut self.gather;
+        if g.buf.is_empty() {
+            return;
+        }
+        if g.start == g.end {
+            (g.start, g.end) = (0, 0);
+        }
+        while g.end < g.buf.len() {
+            let out = engine.io().tx;
+            let k = out.len().min(g.buf.len() - g.end);
+            if k == 0 {
+                break;
+            }
+            g.buf[g.end..g.end + k].copy_from_slice(&out[..k]);
+            g.end += k;
+            engine.transmitted(k, now);
+        }
+    }
+
+    /// Drives one open connection until it ends.
+    async fn connection<E, K, S, M, R, W, F>(
+        &mut self,
+        d: &mut Drive<'_, E, K, S, M>,
+        (mut rx, mut tx): (R, W),
+        limits: Limits,
+        mut stop: Pin<&mut F>,
+    ) -> Outcome<E::End>
+    where
+        E: Engine,
+        K: Clock,
+        S: FrameSink + ?Sized,
+        M: MessageSource + ?Sized,
+        R: Read,
+        W: Write,
+        F: Future<Output = ()>,
+    {
+        let mut st = Conn {
+            up: false,
+            closing: None,
+            unflushed: false,
+            asked: false,
+        };
+        loop {
+            if let Some(end) = d.engine.ended() {
+                return match (d.engine.reopen(), st.closing.is_some()) {
+                    (true, _) => Outcome::Reopen,
+                    (false, true) => Outcome::Stopped,
+                    (false, false) => Outcome::Ended { end, up: st.up },
+                };
+            }
+            if !st.up && d.engine.accepting() {
+                st.up = true;
+                self.came_up(d, limits.counted);
+            }
+            if let Some(seq) = d.engine.online() {
+                self.last_online = Some(seq);
+                self.link.set(LinkState::online(seq));
+            }
+            let now = d.clock.now();
+            if st.closing.is_some() && d.engine.closed() && self.drained(d.engine) {
+                return Outcome::Stopped;
+            }
+            st.asked = st.closing.is_none() && self.feed(d).await;
+            self.gather(d.engine, now);
+            let wake = st.wake(d.engine, &limits);
+            let ev = self
+                .wait(d, (&mut rx, &mut tx), &mut st, wake, stop.as_mut())
+                .await;
+            if let Some(o) = self.handle(d, ev, &mut st, &limits) {
+                return o;
+            }
+        }
+    }
+
+    /// Whether nothing is left to write: the engine's output and the
+    /// gather buffer are empty.
+    fn drained<E: Engine>(&self, engine: &mut E) -> bool {
+        self.gather.start == self.gather.end && engine.io().tx.is_empty()
+    }
+
+    /// Waits for the next events: every pending operation is polled on
+    /// every wake-up, and all that completed are returned together.
+    async fn wait<E, K, S, M, R, W, F>(
+        &mut self,
+        d: &mut Drive<'_, E, K, S, M>,
+        (rx, tx): (&mut R, &mut W),
+        st: &mut Conn,
+        wake: Instant,
+        stop: Pin<&mut F>,
+    ) -> Events
+    where
+        E: Engine,
+        K: Clock,
+        S: ?Sized,
+        M: MessageSource + ?Sized,
+        R: Read,
+        W: Write,
+        F: Future<Output = ()>,
+    {
+        let want = self.held.is_none() && d.engine.accepting() && st.closing.is_none();
+        let io = d.engine.io();
+        let g = &self.gather;
+        let out: &[u8] = if g.buf.is_empty() {
+            io.tx
+        } else {
+            &g.buf[g.start..g.end]
+        };
+        let rx_buf = io.rx;
+        let unflushed = st.unflushed;
+        let mut read = pin!(async {
+            if rx_buf.is_empty() {
+                core::future::pending().await
+            } else {
+                rx.read(rx_buf).await.map_err(|e| e.kind())
+            }
+        });
+        let mut write = pin!(async {
+            if !out.is_empty() {
+                Written::Wrote(tx.write(out).await.map_err(|e| e.kind()))
+            } else if unflushed {
+                Written::Flushed(tx.flush().await.map_err(|e| e.kind()))
+            } else {
+                core::future::pending().await
+            }
+        });
+        let clock = d.clock;
+        let mut timer = pin!(async move {
+            if wake == Instant::MAX {
+                core::future::pending().await
+            } else {
+                clock.sleep_until(wake).await
+            }
+        });
+        let mut skip = core::mem::take(&mut st.asked);
+        let source = &mut *d.source;
+        let mut next = pin!(poll_fn(|cx| {
+            if !want || core::mem::take(&mut skip) {
+                return Poll::Pending;
+            }
+            source.poll_ready(cx)
+        }));
+        let mut stop = (st.closing.is_none()).then_some(stop);
+        poll_fn(|cx| {
+            let mut ev = Events::default();
+            if let Poll::Ready(r) = write.as_mut().poll(cx) {
+                ev.write = Some(r);
+            }
+            if let Poll::Ready(r) = read.as_mut().poll(cx) {
+                ev.read = Some(r);
+            }
+            ev.timer = timer.as_mut().poll(cx).is_ready();
+            if let Poll::Ready(r) = next.as_mut().poll(cx) {
+                ev.ready = Some(r);
+            }
+            if let Some(s) = stop.as_mut() {
+                ev.stop = s.as_mut().poll(cx).is_ready();
+            }
+            if ev.any() {
+                Poll::Ready(ev)
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    /// Hands the events to the engine; `Some` when the connection is over
+    /// for the runner's own reasons (a timeout, a stop).
+    fn handle<E, K, S, M>(
+        &mut self,
+        d: &mut Drive<'_, E, K, S, M>,
+        ev: Events,
+        st: &mut Conn,
+        limits: &Limits,
+    ) -> Option<Outcome<E::End>>
+    where
+        E: Engine,
+        K: Clock,
+        S: FrameSink + ?Sized,
+        M: ?Sized,
+    {
+        let now = d.clock.now();
+        match ev.read {
+            Some(Ok(0)) => d.engine.end(IoEnd::Closed),
+            Some(Ok(n)) => d.engine.received(n, now, d.sink),
+            Some(Err(k)) => d.engine.end(IoEnd::Read(k)),
+            None => {}
+        }
+        match ev.write {
+            Some(Written::Wrote(Ok(0))) => d.engine.end(IoEnd::Write(ErrorKind::WriteZero)),
+            Some(Written::Wrote(Ok(n))) => {
+                d.engine.wrote();
+                st.unflushed = true;
+                let g = &mut self.gather;
+                if g.buf.is_empty() {
+                    d.engine.transmitted(n, now);
+                } else {
+                    g.start = (g.start + n).min(g.end);
+                }
+            }
+            Some(Written::Flushed(Ok(()))) => st.unflushed = false,
+            Some(Written::Wrote(Err(k)) | Written::Flushed(Err(k))) => {
+                d.engine.end(IoEnd::Write(k))
+            }
+            None => {}
+        }
+        if let Some(r) = ev.ready {
+            self.held = Some(r);
+        }
+        if ev.stop {
+            if !st.up {
+                return Some(Outcome::Stopped);
+            }
+            d.engine.close(now);
+            st.closing = Some(now + limits.close_for);
+        }
+        if ev.timer {
+            if st.closing.is_some_and(|t| now >= t) {
+                log_warn!("{}: stopping without a clean goodbye", E::NAME);
+                return Some(Outcome::Stopped);
+            }
+            if !st.up && limits.open_until.is_some_and(|t| now >= t) {
+                return Some(Outcome::TimedOut);
+            }
+            if d.engine.poll_at().is_some_and(|t| now >= t) {
+                d.engine.poll(now);
+            }
+        }
+        None
+    }
+}
+
+/// Time limits of one connection.
+#[derive(Clone, Copy)]
+struct Limits {
+    /// The engine must come up by then.
+    open_until: Option<Instant>,
+    /// The goodbye may take this long.
+    close_for: Duration,
+    /// Count the connection and replay state when it comes up (a
+    /// reconnecting run).
+    counted: bool,
+}
+
+/// One connection's runner state.
+struct Conn {
+    up: bool,
+    /// A stop came: the goodbye must be done by then.
+    closing: Option<Instant>,
+    /// Bytes were written since the last flush.
+    unflushed: bool,
+    /// The source had nothing and holds our waker.
+    asked: bool,
+}
+
+impl Conn {
+    /// The next instant the runner must wake for time.
+    fn wake<E: Engine>(&self, engine: &E, limits: &Limits) -> Instant {
+        let mut wake = engine.poll_at().unwrap_or(Instant::MAX);
+        if !self.up {
+            wake = wake.min(limits.open_until.unwrap_or(Instant::MAX));
+        }
+        wake.min(self.closing.unwrap_or(Instant::MAX))
+    }
+}
+
+/// What a write round did.
+enum Written {
+    Wrote(Result<usize, ErrorKind>),
+    Flushed(Result<(), ErrorKind>),
+}
+
+/// What completed while the runner waited.
+#[derive(Default)]
+struct Events {
+    read: Option<Result<usize, ErrorKind>>,
+    write: Option<Written>,
+    timer: bool,
+    ready: Option<Ready>,
+    stop: bool,
+}
+
+impl Events {
+    fn any(&self) -> bool {
+        self.read.is_some()
+            || self.write.is_some()
+            || self.timer
+            || self.ready.is_some()
+            || self.stop
+    }
+}
+
+/// The next ready message if one is ready now; never parks (a pending
+/// poll leaves this task's waker with the source).
+async fn now_ready<M: MessageSource + ?Sized>(source: &mut M) -> Option<Ready> {
+    poll_fn(|cx| {
+        Poll::Ready(match source.poll_ready(cx) {
+            Poll::Ready(r) => Some(r),
+            Poll::Pending => None,
+        })
+    })
+    .await
+}
