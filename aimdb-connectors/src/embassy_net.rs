@@ -45,7 +45,8 @@
 //! use aimdb_core::sync::Readiness;
 //! use embassy_net::{Ipv4Address, Stack};
 //! use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
-//! use embassy_time::{Delay, Duration};
+//! use aimdb_connectors::clock::EmbassyClock;
+//! use embassy_time::Duration;
 //!
 //! static STATUS: Record<Cs, Latest<u8>, 1> = Record::new("status");
 //! static READY: Readiness<1> = Readiness::new();
@@ -75,7 +76,7 @@
 //!     };
 //!     Framed::<64, 128>::with_sizes(&LINK)
 //!         .with_config(config)
-//!         .run_reconnecting(connect, Delay, &mut dispatch, &mut routes)
+//!         .run_reconnecting(connect, EmbassyClock, &mut dispatch, &mut routes)
 //!         .await
 //! }
 //! # fn main() {}

@@ -183,4 +183,10 @@ pub trait Engine {
 
     /// Counts one write to the transport.
     fn wrote(&mut self) {}
+
+    /// Received bytes wait for output room: call [`Engine::received`]
+    /// with no new bytes once something was written.
+    fn stalled(&self) -> bool {
+        false
+    }
 }

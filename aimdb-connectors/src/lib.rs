@@ -8,15 +8,25 @@
 //! serves embassy and tokio: the byte-stream connectors are written
 //! against `embedded-io-async` `Read`/`Write`.
 //!
+//! Each protocol is an [`engine`]: a state machine with no I/O and no
+//! clock (bytes and time in, bytes out). One [`runner`] drives any engine
+//! over any [`Connect`] — connect, backoff and reconnect, the outbound
+//! pull, link state, timers on the one injected [`clock`] — so a new
+//! transport writes an engine and nothing else (`docs/ARCHITECTURE.md`
+//! in the repository draws it).
+//!
 //! | module | what | feature |
 //! | --- | --- | --- |
+//! | [`engine`] | the contract every protocol engine implements | always |
+//! | [`runner`] | what drives every engine: I/O, reconnect, backoff, link state, bursts | always |
+//! | [`clock`] | [`Clock`](clock::Clock): now and sleep-until; `EmbassyClock` on embassy-time | always (`embassy-time`) |
 //! | [`framed`] | COBS + postcard frames over any byte stream (UART, TCP, UDS, pipes); [`Framed::run`](framed::Framed::run) for one connection, [`Framed::run_reconnecting`](framed::Framed::run_reconnecting) for the reconnect loop | always |
 //! | `mqtt` | an MQTT 5 client connector, no heap, a configurable in-flight window, keep-alive, reconnect, sessions | `mqtt` |
 //! | [`loopback`] | an in-memory duplex pair, for tests and benches | always |
 //! | [`connect`] | [`Connect`]: opens a connection (two halves) for both reconnecting connectors | always |
 //! | [`reconnect`] | the backoff and policy both reconnecting connectors use | always |
 //! | `embassy_net` | `TcpConnect`: an embassy-net `TcpSocket` as a [`Connect`], caller-provided buffers, no heap | `embassy-net` |
-//! | `tokio_io` | tokio streams as `embedded-io-async` halves, `TcpConnect`, `UnixConnect`, `TokioDelay`, `run_on_thread` | `tokio` |
+//! | `tokio_io` | tokio streams as `embedded-io-async` halves, `TcpConnect`, `UnixConnect`, `TokioClock`, `run_on_thread` | `tokio` |
 //! | `fault` | a transport wrapper that splits, stalls and closes on a plan, for tests | `testing` |
 //!
 //! Other features: `alloc`, `std` (pass-through to `aimdb-core`), `tls`
@@ -34,7 +44,7 @@
 //! # #[cfg(all(feature = "mqtt", feature = "tokio"))]
 //! # mod example {
 //! use aimdb_connectors::mqtt::{Config, Counters, Mqtt, Parts};
-//! use aimdb_connectors::tokio_io::{TcpConnect, TokioDelay};
+//! use aimdb_connectors::tokio_io::{TcpConnect, TokioClock};
 //! use aimdb_core::codec::Postcard;
 //! use aimdb_core::{inbound::Dispatch, outbound::{Link, Routes}};
 //! use aimdb_core::record::{Latest, Record};
@@ -55,7 +65,7 @@
 //!         let mut dispatch = Dispatch::<1, 1>::builder().build().unwrap();
 //!         let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
 //!         let connect = TcpConnect::new("127.0.0.1:1883");
-//!         let parts = Parts { connect, delay: TokioDelay, rx: &mut rx, tx: &mut tx, counters: &COUNTERS };
+//!         let parts = Parts { connect, clock: TokioClock::new(), rx: &mut rx, tx: &mut tx, counters: &COUNTERS };
 //!         let mut mqtt = Mqtt::new(Config::new("sensor-1"), parts).unwrap();
 //!         mqtt.run(&mut dispatch, &mut routes).await
 //!     });
@@ -72,6 +82,7 @@
 //! ```no_run
 //! # #[cfg(all(feature = "mqtt", feature = "embassy-net"))]
 //! # mod example {
+//! use aimdb_connectors::clock::EmbassyClock;
 //! use aimdb_connectors::embassy_net::TcpConnect;
 //! use aimdb_connectors::mqtt::{Config, Counters, Mqtt, Parts};
 //! use aimdb_core::codec::Postcard;
@@ -98,7 +109,7 @@
 //!     let broker = (Ipv4Address::new(192, 0, 2, 1), 1883);
 //!     let connect = TcpConnect::new(stack, broker, &mut sock_rx, &mut sock_tx);
 //!     let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
-//!     let parts = Parts { connect, delay: embassy_time::Delay, rx: &mut rx, tx: &mut tx, counters: &COUNTERS };
+//!     let parts = Parts { connect, clock: EmbassyClock, rx: &mut rx, tx: &mut tx, counters: &COUNTERS };
 //!     let mut mqtt = Mqtt::new(Config::new("sensor-1"), parts).unwrap();
 //!     mqtt.run(&mut dispatch, &mut routes).await;
 //! }
@@ -232,8 +243,6 @@ pub mod engine;
 #[cfg(feature = "testing")]
 pub mod fault;
 pub mod framed;
-#[cfg(all(feature = "tokio", any(feature = "mqtt", feature = "embassy-net")))]
-mod host_clock;
 pub mod loopback;
 #[cfg(feature = "mqtt")]
 pub mod mqtt;

@@ -7,8 +7,6 @@
 use core::fmt;
 use core::time::Duration;
 
-use embedded_hal_async::delay::DelayNs;
-
 /// Whether a dropped or failed connection is retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reconnect {
@@ -68,18 +66,6 @@ impl Default for Backoff {
     }
 }
 
-/// Waits `d` on `delay` (whole milliseconds, rounded up; at most
-/// `u32::MAX` ms).
-pub(crate) async fn wait<D: DelayNs>(delay: &mut D, d: Duration) {
-    delay.delay_ms(millis(d)).await;
-}
-
-/// `d` in whole milliseconds, rounded up, saturated to `u32`.
-pub(crate) fn millis(d: Duration) -> u32 {
-    let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
-    u32::try_from(ms).unwrap_or(u32::MAX)
-}
-
 /// Why a reconnecting run ended: the [`Reconnect`] policy allows no
 /// further attempt, or it was asked to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,7 +98,7 @@ mod tests {
     #[test]
     fn doubles_and_caps() {
         let b = Backoff::DEFAULT;
-        let waits: [u32; 8] = core::array::from_fn(|i| millis(b.delay(i as u32 + 1)));
+        let waits: [u128; 8] = core::array::from_fn(|i| b.delay(i as u32 + 1).as_millis());
         assert_eq!(waits, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
         assert_eq!(b.delay(0), Duration::from_millis(100));
         assert_eq!(b.delay(u32::MAX), Duration::from_secs(5));
@@ -125,14 +111,6 @@ mod tests {
             max: Duration::from_millis(10),
         };
         assert_eq!(b.delay(5), Duration::from_millis(300));
-    }
-
-    #[test]
-    fn waits_round_up_to_whole_milliseconds() {
-        assert_eq!(millis(Duration::from_micros(1)), 1);
-        assert_eq!(millis(Duration::from_micros(2_500)), 3);
-        assert_eq!(millis(Duration::from_millis(7)), 7);
-        assert_eq!(millis(Duration::from_secs(u64::MAX)), u32::MAX);
     }
 
     #[test]

@@ -432,6 +432,10 @@ impl<'l> Runner<'l> {
                 self.link.set(LinkState::online(seq));
             }
             let now = d.clock.now();
+            if d.engine.stalled() {
+                // Output went: received packets waiting for room go on.
+                d.engine.received(0, now, d.sink);
+            }
             if st.closing.is_some() && d.engine.closed() && self.drained(d.engine) {
                 return Outcome::Stopped;
             }
@@ -555,12 +559,8 @@ impl<'l> Runner<'l> {
         M: ?Sized,
     {
         let now = d.clock.now();
-        match ev.read {
-            Some(Ok(0)) => d.engine.end(IoEnd::Closed),
-            Some(Ok(n)) => d.engine.received(n, now, d.sink),
-            Some(Err(k)) => d.engine.end(IoEnd::Read(k)),
-            None => {}
-        }
+        // The write first: what was lent for it is what the engine still
+        // has queued (reading may queue more).
         match ev.write {
             Some(Written::Wrote(Ok(0))) => d.engine.end(IoEnd::Write(ErrorKind::WriteZero)),
             Some(Written::Wrote(Ok(n))) => {
@@ -577,6 +577,12 @@ impl<'l> Runner<'l> {
             Some(Written::Wrote(Err(k)) | Written::Flushed(Err(k))) => {
                 d.engine.end(IoEnd::Write(k))
             }
+            None => {}
+        }
+        match ev.read {
+            Some(Ok(0)) => d.engine.end(IoEnd::Closed),
+            Some(Ok(n)) => d.engine.received(n, now, d.sink),
+            Some(Err(k)) => d.engine.end(IoEnd::Read(k)),
             None => {}
         }
         if let Some(r) = ev.ready {

@@ -25,7 +25,7 @@
 //! ```
 //! use aimdb_connectors::framed::{self, Counters, Framed};
 //! use aimdb_connectors::reconnect::Backoff;
-//! use aimdb_connectors::tokio_io::{self, TcpConnect, TokioDelay};
+//! use aimdb_connectors::tokio_io::{self, TcpConnect, TokioClock};
 //! use aimdb_core::codec::Postcard;
 //! use aimdb_core::inbound::Dispatch;
 //! use aimdb_core::outbound::{self, Routes};
@@ -55,7 +55,7 @@
 //! tokio::spawn(async move {
 //!     Framed::new(&COUNTERS)
 //!         .with_config(config)
-//!         .run_reconnecting(connect, TokioDelay, &mut dispatch, &mut routes)
+//!         .run_reconnecting(connect, TokioClock::new(), &mut dispatch, &mut routes)
 //!         .await
 //! });
 //!
@@ -84,7 +84,6 @@ use core::time::Duration;
 use std::path::PathBuf;
 use std::string::{String, ToString};
 
-use embedded_hal_async::delay::DelayNs;
 pub use embedded_io_adapters::tokio_1::FromTokio;
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use tokio::net::{tcp, unix, TcpStream, UnixStream};
@@ -227,24 +226,6 @@ impl Clock for TokioClock {
             Some(t) if at != Instant::MAX => tokio::time::sleep_until(t).await,
             _ => core::future::pending().await,
         }
-    }
-}
-
-/// `DelayNs` on tokio's timer: the backoff clock of
-/// [`Framed::run_reconnecting`](crate::framed::Framed::run_reconnecting)
-/// and the MQTT connector's timer.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TokioDelay;
-
-impl DelayNs for TokioDelay {
-    async fn delay_ns(&mut self, ns: u32) {
-        tokio::time::sleep(Duration::from_nanos(ns.into())).await;
-    }
-    async fn delay_us(&mut self, us: u32) {
-        tokio::time::sleep(Duration::from_micros(us.into())).await;
-    }
-    async fn delay_ms(&mut self, ms: u32) {
-        tokio::time::sleep(Duration::from_millis(ms.into())).await;
     }
 }
 

@@ -95,7 +95,7 @@ fn framed_run_over_local_tables_is_not_send() {
 fn mqtt_run_over_tcp_is_send_with_thread_safe_records() {
     use aimdb_connectors::mqtt::{Config, Counters, Mqtt};
     use aimdb_connectors::tokio_io::TcpConnect;
-    use aimdb_connectors::tokio_io::TokioDelay;
+    use aimdb_connectors::tokio_io::TokioClock;
     let counters: &'static Counters = leak(Counters::new());
     let (mut d, mut r) = tables!(HostRawMutex);
     let (rx, tx) = (leak([0u8; 256]), leak([0u8; 256]));
@@ -104,7 +104,7 @@ fn mqtt_run_over_tcp_is_send_with_thread_safe_records() {
         Config::new("pin"),
         aimdb_connectors::mqtt::Parts {
             connect,
-            delay: TokioDelay,
+            clock: TokioClock::new(),
             rx,
             tx,
             counters,

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use aimdb_connectors::mqtt::{Config, Counters, Mqtt};
 use aimdb_connectors::tokio_io;
 use aimdb_connectors::tokio_io::TcpConnect;
-use aimdb_connectors::tokio_io::TokioDelay;
+use aimdb_connectors::tokio_io::TokioClock;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;
@@ -65,7 +65,7 @@ async fn connector(dev: &'static Device, port: u16, client_id: &'static str) -> 
         config,
         aimdb_connectors::mqtt::Parts {
             connect,
-            delay: TokioDelay,
+            clock: TokioClock::new(),
             rx: &mut rx,
             tx: &mut tx,
             counters: &dev.counters,

@@ -154,7 +154,9 @@ fn a_request_flood_leaves_the_data_route_delivering_in_order() {
     );
     assert!(stats.requests > 0, "the flood reached the node");
     assert!(stats.busy > 0, "requests arrived faster than answered");
-    // One answer per request taken (the last may still be on its way).
-    assert!(answered <= stats.requests && stats.requests <= answered + 1);
+    // One answer per request taken. When the work ends, the last two may
+    // still be on their way: one being written, one encoded behind it
+    // (the connector takes messages while a write is in progress).
+    assert!(answered <= stats.requests && stats.requests <= answered + 2);
     assert_eq!(n_stats.snapshot().errors_in(), 0);
 }

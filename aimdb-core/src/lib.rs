@@ -107,7 +107,7 @@
 //!     let mut dispatch = Dispatch::<1, 1>::builder().build().unwrap();
 //!     let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
 //!     let connect = tokio_io::TcpConnect::new("127.0.0.1:1883");
-//!     let parts = mqtt::Parts { connect, delay: TokioDelay, rx: &mut rx, tx: &mut tx, counters: &COUNTERS };
+//!     let parts = mqtt::Parts { connect, clock: TokioClock::new(), rx: &mut rx, tx: &mut tx, counters: &COUNTERS };
 //!     let mut mqtt = Mqtt::new(mqtt::Config::new("sensor-1"), parts).unwrap();
 //!     mqtt.run(&mut dispatch, &mut routes).await
 //! });
@@ -128,7 +128,7 @@
 //!     let broker = (Ipv4Address::new(192, 0, 2, 1), 1883);
 //!     let connect = aimdb_connectors::embassy_net::TcpConnect::new(stack, broker, &mut sock_rx, &mut sock_tx);
 //!     let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
-//!     let parts = mqtt::Parts { connect, delay: embassy_time::Delay, rx: &mut rx, tx: &mut tx, counters: &COUNTERS };
+//!     let parts = mqtt::Parts { connect, clock: EmbassyClock, rx: &mut rx, tx: &mut tx, counters: &COUNTERS };
 //!     let mut mqtt = Mqtt::new(mqtt::Config::new("sensor-1"), parts).unwrap();
 //!     mqtt.run(&mut dispatch, &mut routes).await;
 //! }

@@ -7,7 +7,8 @@
 //! byte says where the first connection's bytes end. The connector runs the
 //! fixture's route table (so it subscribes to its nine filters) and one
 //! outbound route holding a value, with `Reconnect::Never` (one
-//! connection) or `Attempts(1)` (two), and a delay that completes at once.
+//! connection) or `Attempts(1)` (two), and a clock whose waits complete at
+//! once (virtual time jumps to each deadline).
 //!
 //! Invariants: no panic; `run` returns within a bounded number of polls
 //! (the stream never blocks); every received publish goes through the
@@ -25,6 +26,7 @@
 use core::cell::Cell;
 use core::convert::Infallible;
 
+use aimdb_connectors::clock::{Clock, Instant};
 use aimdb_connectors::mqtt::{Config, Connect, Counters, Mqtt, QoS};
 use aimdb_connectors::reconnect::{Reconnect, Stopped};
 use aimdb_core::codec::Postcard;
@@ -98,10 +100,20 @@ impl<'d> Connect for Scripted<'d> {
     }
 }
 
-struct NoDelay;
+/// Virtual time: a wait jumps to its deadline at once.
+#[derive(Default)]
+struct Jump(Cell<u64>);
 
-impl embedded_hal_async::delay::DelayNs for NoDelay {
-    async fn delay_ns(&mut self, _ns: u32) {}
+impl Clock for Jump {
+    fn now(&self) -> Instant {
+        Instant::from_micros(self.0.get())
+    }
+    async fn sleep_until(&self, at: Instant) {
+        if at == Instant::MAX {
+            return core::future::pending().await;
+        }
+        self.0.set(self.0.get().max(at.as_micros()));
+    }
 }
 
 /// The fixture's table, every dispatch checked against the model.
@@ -191,7 +203,7 @@ fuzz_target!(|data: &[u8]| {
         ],
         calls: &calls,
     };
-    let mut mqtt = Mqtt::new(config, aimdb_connectors::mqtt::Parts { connect, delay: NoDelay, rx: &mut rx, tx: &mut tx, counters: &counters }).unwrap();
+    let mut mqtt = Mqtt::new(config, aimdb_connectors::mqtt::Parts { connect, clock: Jump::default(), rx: &mut rx, tx: &mut tx, counters: &counters }).unwrap();
 
     let stopped = aimdb_fuzz::poll_bounded(mqtt.run(&mut sink, &mut routes), 1_000)
         .expect("run ends once the broker's bytes run out");

@@ -25,7 +25,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use aimdb_connectors::mqtt::{self, Counters, Mqtt, QoS};
-use aimdb_connectors::tokio_io::{run_on_thread, TcpConnect, TokioDelay};
+use aimdb_connectors::tokio_io::{run_on_thread, TcpConnect, TokioClock};
 use aimdb_core::codec::{Encode, Postcard};
 use aimdb_core::inbound::Dispatch;
 use aimdb_core::outbound::{self, words, Routes};
@@ -234,7 +234,7 @@ async fn ours(job: Job, control: Control) -> Report {
     let id = format!("b4-ours-{}", job.tag);
     let parts = mqtt::Parts {
         connect: TcpConnect::new(format!("127.0.0.1:{}", job.port)),
-        delay: TokioDelay,
+        clock: TokioClock::new(),
         rx: &mut rx,
         tx: &mut tx,
         counters: &counters,

@@ -89,20 +89,6 @@ impl Cause {
             _ => return None,
         })
     }
-
-    /// The cause of a session error on an open connection (`connecting`:
-    /// during the handshake, where a reason code is a refusal).
-    pub(super) fn of<E>(e: &super::session::Error<E>, connecting: bool) -> Self {
-        use super::session::Error;
-        match *e {
-            Error::Refused(rc) => Self::Refused(rc),
-            Error::Rejected(rc) if connecting => Self::Refused(rc),
-            Error::Rejected(rc) => Self::Rejected(rc),
-            Error::Protocol => Self::Protocol,
-            Error::Transport(_) => Self::Transport,
-            Error::Closed | Error::PingTimeout | Error::NoRoom => Self::Disconnected,
-        }
-    }
 }
 
 #[cfg(test)]

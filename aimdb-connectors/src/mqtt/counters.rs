@@ -236,9 +236,10 @@ impl Counters {
         let n = self.in_flight.load(Ordering::Relaxed);
         self.in_flight.store(n.saturating_sub(1), Ordering::Relaxed);
     }
-    /// A new session: nothing of the old one is in flight.
-    pub(super) fn clear_in_flight(&self) {
-        self.in_flight.store(0, Ordering::Relaxed);
+    /// What is in flight after a CONNACK (a new session keeps only what
+    /// it never sent).
+    pub(super) fn set_in_flight(&self, n: u16) {
+        self.in_flight.store(n.into(), Ordering::Relaxed);
     }
     pub(super) fn set_last_error(&self, cause: Cause) {
         self.last_error.store(cause.pack(), Ordering::Relaxed);

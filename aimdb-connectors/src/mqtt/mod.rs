@@ -4,8 +4,8 @@
 //! broker connection:
 //!
 //! ```text
-//!  broker ──PUBLISH──► Connection::poll ──► FrameSink::dispatch(topic, payload) ──► records
-//!  records ──► MessageSource (poll_ready, message) ──► Connection::publish(topic, payload, message's QoS) ──► broker
+//!  broker ──PUBLISH──► Engine::received ──► FrameSink::dispatch(topic, payload) ──► records
+//!  records ──► MessageSource (poll_ready, message) ──► Engine::offer(topic, payload, message's QoS) ──► broker
 //! ```
 //!
 //! and keeps the connection alive:
@@ -60,17 +60,18 @@
 //!   to the broker: an embassy-net `TcpSocket`, a TLS session, or with
 //!   feature `tokio` the provided [`TcpConnect`](crate::tokio_io::TcpConnect) (and with feature `tls`
 //!   `TlsConnect`: TLS via rustls);
-//! - [`DelayNs`]: the timer for backoff
-//!   and the connect timeout: `embassy_time::Delay`, or with `tokio`
-//!   [`TokioDelay`](crate::tokio_io::TokioDelay).
+//! - [`Clock`]: keep-alive, the acknowledgement and connect timeouts and
+//!   the backoff: `clock::EmbassyClock` (feature `embassy-time`) on a
+//!   firmware, `tokio_io::TokioClock` on a host.
 //!
-//! Keep-alive timing reads `embassy-time`'s clock: firmware provides its
-//! time driver as usual; on hosts the `tokio` feature provides it (a host
-//! clock: `now()` without a lock).
+//! The protocol itself is an [engine](crate::engine), [`Engine`]: the
+//! session as a state machine over the RX and TX slices, with no I/O and
+//! no clock, driven by the crate's one [runner](crate::runner) (which
+//! also drives the framed connector).
 //!
 //! # The client: MQTT 5 packets of our own
 //!
-//! The session (`session.rs`, `packet.rs`: CONNECT with will and
+//! The session ([`Engine`]: CONNECT with will and
 //! credentials, PUBLISH at QoS 0/1/2 both ways, SUBSCRIBE, keep-alive,
 //! session resumption) is written here rather than taken from a crate.
 //! What it must do, and what the maintained `no_std` clients do:
@@ -81,12 +82,11 @@
 //!   hands received data out of a `BufferProvider` whose slices live as
 //!   long as the client: without a `Box` per message, memory is reused
 //!   only through `unsafe { BumpBuffer::reset() }`.
-//! - **Cancel-safe receive**, since `poll` is selected against
-//!   [`connector::next`](aimdb_core::connector::next) and the timers:
-//!   inbound bytes accumulate in RX, and acknowledgements and pings go
-//!   through a small queue written with a cursor, so a dropped `poll`
-//!   never splits a packet. minimq's `poll` is cancel-safe; rust-mqtt's is
-//!   not (only `poll_header`).
+//! - **No I/O inside**: inbound bytes accumulate in RX, every packet to
+//!   send waits in TX or a small control queue until the transport took
+//!   it, so the runner may read, write and wait on the routes at once and
+//!   no packet is ever split or lost. (minimq's `poll` is cancel-safe and
+//!   owns its socket; rust-mqtt's is not cancel-safe, only `poll_header`.)
 //! - **A window the user sets.** [`Config::max_in_flight`] QoS 1/2
 //!   publishes may await acknowledgement (the broker's receive maximum
 //!   lowers it), each kept in TX until acknowledged, so the TX slice
@@ -115,7 +115,7 @@
 //! # async fn demo() {
 //! use aimdb_connectors::mqtt::{Config, Counters, Mqtt, Parts};
 //! use aimdb_connectors::tokio_io::TcpConnect;
-//! use aimdb_connectors::tokio_io::TokioDelay;
+//! use aimdb_connectors::tokio_io::TokioClock;
 //! use aimdb_core::codec::Postcard;
 //! use aimdb_core::inbound::{self, Dispatch};
 //! use aimdb_core::outbound::{self, Routes};
@@ -142,7 +142,7 @@
 //!     let (mut rx, mut tx) = ([0u8; 1024], [0u8; 1024]);
 //!     let parts = Parts {
 //!         connect: TcpConnect::new("127.0.0.1:1883"),
-//!         delay: TokioDelay,
+//!         clock: TokioClock::new(),
 //!         rx: &mut rx,
 //!         tx: &mut tx,
 //!         counters: &COUNTERS,
@@ -160,11 +160,14 @@
 
 mod cause;
 mod counters;
+mod engine;
+mod outbox;
 mod packet;
-mod run;
-mod session;
+#[cfg(all(test, feature = "std"))]
+mod tests;
 #[cfg(feature = "tls")]
 mod tls;
+mod wire;
 
 use core::fmt;
 use core::time::Duration;
@@ -172,6 +175,7 @@ use core::time::Duration;
 pub use crate::connect::{Connect, ConnectFailure};
 pub use cause::Cause;
 pub use counters::{Counters, Stats};
+pub use engine::Engine;
 #[cfg(feature = "tls")]
 pub use tls::{tls_client_config, TlsConnect, TlsConnectError, TlsSetupError};
 /// The rustls [`TlsConnect`] is built on, for a custom
@@ -183,8 +187,9 @@ use aimdb_core::connector::{FrameSink, MessageSource};
 use aimdb_core::link::LinkState;
 use aimdb_core::record::Sink;
 
+use crate::clock::Clock;
 use crate::reconnect::{Backoff, Reconnect, Stopped};
-use embedded_hal_async::delay::DelayNs;
+use crate::runner::{Drive, Runner, Settings};
 
 /// MQTT's quality of service: the contract's, so an outbound route carries
 /// it ([`outbound::Link::qos`](aimdb_core::outbound::Link::qos)).
@@ -364,21 +369,23 @@ fn whole_secs(d: Duration) -> u64 {
 /// What an MQTT connector is made of besides its [`Config`], by name:
 /// [`Mqtt::new`]`(config, Parts { .. })`.
 #[derive(Debug)]
-pub struct Parts<'a, C, D> {
+pub struct Parts<'a, C, K> {
     /// Opens each connection to the broker.
     pub connect: C,
-    /// The timer for backoff and the connect timeout.
-    pub delay: D,
+    /// The clock for keep-alive, the acknowledgement and connect timeouts
+    /// and the backoff ([`crate::clock`]).
+    pub clock: K,
     /// Holds inbound MQTT packets: size it for the largest topic + payload
     /// the broker may send, plus ~16 bytes. Its length is announced to the
     /// broker as the maximum packet size, so a broker never sends more.
     pub rx: &'a mut [u8],
-    /// Holds the packet being sent and each QoS 1/2 publish until it is
-    /// acknowledged (3 bytes more each): size it for the CONNECT packet
-    /// (about 30 bytes plus client id, will and credentials) and for the
-    /// largest outbound packet times the publishes you want in flight.
-    /// It bounds the in-flight *bytes*; [`Config::max_in_flight`] and the
-    /// broker bound the *count*. [`Stats::in_flight`] shows the count.
+    /// Holds each packet until it is written and each QoS 1/2 publish
+    /// until it is acknowledged (3 bytes more each): size it for the
+    /// CONNECT packet (about 30 bytes plus client id, will and
+    /// credentials) and for the largest outbound packet times the
+    /// publishes you want in flight. It bounds the in-flight *bytes*;
+    /// [`Config::max_in_flight`] and the broker bound the *count*.
+    /// [`Stats::in_flight`] shows the count.
     pub tx: &'a mut [u8],
     /// The counters this connector updates, readable from anywhere.
     pub counters: &'a Counters,
@@ -407,51 +414,28 @@ impl fmt::Display for ConfigError {
 }
 impl core::error::Error for ConfigError {}
 
-/// One MQTT connector: a broker session over transports opened by `C`,
-/// timed by `D`.
-pub struct Mqtt<'a, C: Connect, D: DelayNs> {
-    session: session::Session<'a>,
-    connect: C,
-    delay: D,
-    config: Config<'a>,
-    counters: &'a Counters,
-    link: Option<&'a (dyn Sink<LinkState> + Sync)>,
-    /// The birth sequence of the last connection that came up.
-    seq: u64,
-    /// Where messages published together are gathered into one transport
-    /// write ([`Mqtt::with_write_buffer`]); empty: no gathering.
-    batch: &'a mut [u8],
-}
-
-impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
-    /// A connector, not yet connected.
-    pub fn new(config: Config<'a>, parts: Parts<'a, C, D>) -> Result<Self, ConfigError> {
-        let Parts {
-            connect,
-            delay,
-            rx,
-            tx,
-            counters,
-        } = parts;
+impl<'a> Engine<'a> {
+    /// The MQTT engine for `config` over the two slices, counting into
+    /// `counters` ([`Parts::rx`] and [`Parts::tx`] say how to size them).
+    pub fn new(
+        config: &Config<'a>,
+        rx: &'a mut [u8],
+        tx: &'a mut [u8],
+        counters: &'a Counters,
+    ) -> Result<Self, ConfigError> {
         if config.client_id.len() > usize::from(u16::MAX) {
             return Err(ConfigError::ClientIdTooLong);
         }
         if !(1..u16::MAX).contains(&config.max_in_flight) {
             return Err(ConfigError::Invalid);
         }
-        let mut will = None;
         if let Some(p) = &config.presence {
             let topic = p.topic;
             if topic.is_empty() || topic.len() > 128 || topic.contains(['+', '#', '\0']) {
                 return Err(ConfigError::PresenceTopic);
             }
-            will = Some(session::WillSettings {
-                topic,
-                qos: p.qos,
-                delay: p.will_delay.map(|d| d.0),
-            });
         }
-        let settings = session::Settings {
+        let settings = engine::Settings {
             client_id: config.client_id,
             credentials: config.credentials,
             keep_alive: config.keep_alive.map_or(0, |d| {
@@ -460,19 +444,55 @@ impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
             session_expiry: config.session_expiry.map_or(0, |d| {
                 u32::try_from(whole_secs(d).max(1)).unwrap_or(u32::MAX)
             }),
-            will,
+            presence: config.presence,
             max_in_flight: config.max_in_flight,
+            subscribe_qos: config.subscribe_qos,
+            ack_timeout: config.ack_timeout,
+            // The first connection after boot opens with Clean Start = 1
+            // (there is no session state to resume yet). mosquitto (2.0,
+            // checked with `mosquitto_sub -V mqttv5 -x 300`) then keeps the
+            // session for its expiry while it runs, but does not restore it
+            // after its own restart: it persists resumable sessions only
+            // when the latest CONNECT had Clean Start = 0. So with a session
+            // expiry, a fresh first session is subscribed, closed at once
+            // with a normal DISCONNECT (the broker keeps it) and reopened
+            // with Clean Start = 0, once per run. Not with
+            // `Reconnect::Never`: there is no second connection to resume
+            // it on.
+            reopen: config.session_expiry.is_some() && config.reconnect != Reconnect::Never,
         };
-        let seq = config.presence.map_or(0, |p| p.first_seq.wrapping_sub(1));
-        Ok(Self {
-            session: session::Session::new(settings, rx, tx, counters),
+        Ok(Self::with_settings(settings, rx, tx, counters))
+    }
+}
+
+/// One MQTT connector: the MQTT [`Engine`] under the crate's runner,
+/// over transports opened by `C`, timed by the clock `K`.
+pub struct Mqtt<'a, C: Connect, K: Clock> {
+    engine: Engine<'a>,
+    runner: Runner<'a>,
+    connect: C,
+    clock: K,
+    config: Config<'a>,
+    counters: &'a Counters,
+}
+
+impl<'a, C: Connect, K: Clock> Mqtt<'a, C, K> {
+    /// A connector, not yet connected.
+    pub fn new(config: Config<'a>, parts: Parts<'a, C, K>) -> Result<Self, ConfigError> {
+        let Parts {
             connect,
-            delay,
+            clock,
+            rx,
+            tx,
+            counters,
+        } = parts;
+        Ok(Self {
+            engine: Engine::new(&config, rx, tx, counters)?,
+            runner: Runner::new(),
+            connect,
+            clock,
             config,
             counters,
-            link: None,
-            seq,
-            batch: &mut [],
         })
     }
 
@@ -484,7 +504,7 @@ impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
     /// up). A task awaits the record's reader to act on up and down.
     #[must_use]
     pub fn with_link(mut self, link: &'a (dyn Sink<LinkState> + Sync)) -> Self {
-        self.link = Some(link);
+        self.runner.set_link(link);
         self
     }
 
@@ -497,14 +517,12 @@ impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
     /// host each write is a system call (and with TLS a record), so a
     /// buffer of a few KiB lets a burst of ready messages (a `Ring`
     /// backlog, many routes written at once) go out in a few writes
-    /// instead of one each. Bytes gathered are always written before the
-    /// connector waits for anything: for the broker to answer, for a
-    /// record, for the keep-alive timer. A publish of `buf.len()` bytes
-    /// or more is written directly. [`Stats::writes`] counts transport
-    /// writes.
+    /// instead of one each. Gathered bytes are written as soon as the
+    /// burst is gathered, while the connector goes on reading.
+    /// [`Stats::writes`] counts transport writes.
     #[must_use]
     pub fn with_write_buffer(mut self, buf: &'a mut [u8]) -> Self {
-        self.batch = buf;
+        self.runner.set_gather(buf);
         self
     }
 
@@ -522,13 +540,14 @@ impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
     ///
     /// Dropping the future drops the connection without a DISCONNECT (the
     /// broker sees an abnormal close). No record value is lost by the drop
-    /// itself: `source` hands out a value only in the poll that returns it.
+    /// itself: `source` hands out a value only in the poll that returns it,
+    /// and what the engine took stays in TX for the next run.
     pub async fn run<S, M>(&mut self, sink: &mut S, source: &mut M) -> Stopped
     where
         S: FrameSink + ?Sized,
         M: MessageSource + ?Sized,
     {
-        run::run(self, sink, source, core::future::pending()).await
+        self.run_until(sink, source, core::future::pending()).await
     }
 
     /// As [`Self::run`], until `stop` completes: then, if connected, the
@@ -539,8 +558,8 @@ impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
     /// returns [`Stopped::Requested`].
     ///
     /// ```no_run
-    /// # async fn demo<C: aimdb_connectors::Connect, D: embedded_hal_async::delay::DelayNs>(
-    /// #     mqtt: &mut aimdb_connectors::mqtt::Mqtt<'_, C, D>,
+    /// # async fn demo<C: aimdb_connectors::Connect, K: aimdb_connectors::clock::Clock>(
+    /// #     mqtt: &mut aimdb_connectors::mqtt::Mqtt<'_, C, K>,
     /// #     inbound: &mut aimdb_core::inbound::Dispatch<'_, 1, 1>,
     /// #     outbound: &mut dyn aimdb_core::connector::MessageSource) {
     /// # let shutdown = core::future::pending::<()>();
@@ -555,11 +574,25 @@ impl<'a, C: Connect, D: DelayNs> Mqtt<'a, C, D> {
         M: MessageSource + ?Sized,
         F: core::future::Future<Output = ()>,
     {
-        run::run(self, sink, source, stop).await
+        let settings = Settings {
+            reconnect: self.config.reconnect,
+            backoff: self.config.backoff,
+            connect_timeout: Some(self.config.connect_timeout),
+            close_timeout: self.config.connect_timeout,
+        };
+        let mut d = Drive {
+            engine: &mut self.engine,
+            clock: &self.clock,
+            sink,
+            source,
+        };
+        self.runner
+            .run(&mut d, &mut self.connect, &settings, stop)
+            .await
     }
 }
 
-impl<C: Connect, D: DelayNs> fmt::Debug for Mqtt<'_, C, D> {
+impl<C: Connect, K: Clock> fmt::Debug for Mqtt<'_, C, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mqtt")
             .field("config", &self.config)

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use aimdb_connectors::mqtt::{Config, Connect, Counters, Mqtt};
 use aimdb_connectors::tokio_io::TcpConnect;
-use aimdb_connectors::tokio_io::TokioDelay;
+use aimdb_connectors::tokio_io::TokioClock;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 /// Bound on every wait.
@@ -529,12 +529,12 @@ pub fn connector<'a, C: Connect>(
     tx: &'a mut [u8],
     connect: C,
     counters: &'a Counters,
-) -> Mqtt<'a, C, TokioDelay> {
+) -> Mqtt<'a, C, TokioClock> {
     Mqtt::new(
         config,
         aimdb_connectors::mqtt::Parts {
             connect,
-            delay: TokioDelay,
+            clock: TokioClock::new(),
             rx,
             tx,
             counters,

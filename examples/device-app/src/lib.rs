@@ -33,7 +33,7 @@ use aimdb_core::record::{Latest, Mailbox, Record, Ring};
 use aimdb_core::sync::Readiness;
 use device_protocol::{topics, Command, LinkStats, Reading, Status};
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
-use embassy_time::{Delay, Timer};
+use embassy_time::Timer;
 use embedded_io_async::{Read, Write};
 
 /// Readings not yet sent; a burst longer than this is reported as lag.
@@ -256,7 +256,7 @@ pub async fn mqtt_connector<C: aimdb_connectors::Connect>(
     };
     let parts = mqtt::Parts {
         connect,
-        delay: Delay,
+        clock: EmbassyClock,
         rx,
         tx,
         counters: &MQTT,

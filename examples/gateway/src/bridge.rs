@@ -20,7 +20,7 @@ use aimdb_connectors::framed::{self, Framed};
 use aimdb_connectors::mqtt::{self, Config, Connect, Counters, Mqtt, QoS, TlsConnect};
 use aimdb_connectors::reconnect::Backoff;
 use aimdb_connectors::tokio_io::TcpConnect;
-use aimdb_connectors::tokio_io::{self, FromTokio, TokioClock, TokioDelay};
+use aimdb_connectors::tokio_io::{self, FromTokio, TokioClock};
 use aimdb_core::codec::{self, Json, Postcard};
 use aimdb_core::connector::{DispatchError, InboundStats};
 use aimdb_core::inbound;
@@ -329,7 +329,7 @@ async fn run<C: Connect>(
         config,
         mqtt::Parts {
             connect,
-            delay: TokioDelay,
+            clock: TokioClock::new(),
             rx: &mut rx,
             tx: &mut tx,
             counters: &MQTT,

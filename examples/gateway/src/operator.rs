@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use aimdb_connectors::mqtt::{Config, Counters, Mqtt, Parts};
 use aimdb_connectors::tokio_io::TcpConnect;
-use aimdb_connectors::tokio_io::TokioDelay;
+use aimdb_connectors::tokio_io::TokioClock;
 use aimdb_core::codec::Json;
 use aimdb_core::inbound;
 use aimdb_core::inbound::{Dispatch, Route};
@@ -112,7 +112,7 @@ pub async fn run(
     let (mut rx, mut tx) = (vec![0u8; 2048], vec![0u8; 4096]);
     let parts = Parts {
         connect: TcpConnect::new(broker),
-        delay: TokioDelay,
+        clock: TokioClock::new(),
         rx: &mut rx,
         tx: &mut tx,
         counters: &COUNTERS,

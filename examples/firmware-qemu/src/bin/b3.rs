@@ -588,10 +588,10 @@ fn mqtt_rows(waker: &Waker) {
     c.subscribe_qos = QoS::AtMostOnce;
     let (mut rx, mut tx) = ([0u8; 256], [0u8; 512]);
     let connect = (client_rx, client_tx);
-    let delay = embassy_time::Delay;
+    let clock = aimdb_connectors::clock::EmbassyClock;
     let parts = mqtt::Parts {
         connect,
-        delay,
+        clock,
         rx: &mut rx,
         tx: &mut tx,
         counters: &MQTT_COUNTERS,
