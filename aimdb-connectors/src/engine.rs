@@ -184,9 +184,11 @@ pub trait Engine {
     /// Counts one write to the transport.
     fn wrote(&mut self) {}
 
-    /// Received bytes wait for output room: call [`Engine::received`]
-    /// with no new bytes once something was written.
-    fn stalled(&self) -> bool {
+    /// Work waits for a call of [`Engine::received`] with no new bytes
+    /// (received packets waiting for output room, a step that needs the
+    /// sink): the runner makes that call after every event while this
+    /// holds.
+    fn pending(&self) -> bool {
         false
     }
 }

@@ -52,22 +52,30 @@ use crate::reconnect::{Backoff, Reconnect, Stopped};
 /// transport get their turn.
 pub const BURST: usize = 32;
 
-/// How a reconnecting run behaves.
+/// How a reconnecting [`Runner::run`] behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Settings {
+pub struct Settings {
+    /// Whether to try again after a failed attempt or a drop.
     pub reconnect: Reconnect,
+    /// Waits between attempts.
     pub backoff: Backoff,
-    /// Bound on opening the transport plus the engine coming up.
+    /// Bound on opening the transport plus the engine coming up
+    /// ([`Engine::accepting`]); `None`: unbounded.
     pub connect_timeout: Option<Duration>,
-    /// Bound on the goodbye after a stop.
+    /// Bound on the goodbye after a stop ([`Engine::close`]).
     pub close_timeout: Duration,
 }
 
 /// What one run drives: the engine, the clock, and the two tables.
-pub(crate) struct Drive<'d, E, K, S: ?Sized, M: ?Sized> {
+#[derive(Debug)]
+pub struct Drive<'d, E, K, S: ?Sized, M: ?Sized> {
+    /// The protocol.
     pub engine: &'d mut E,
+    /// The one clock.
     pub clock: &'d K,
+    /// Where inbound messages go (an `inbound::Dispatch`).
     pub sink: &'d mut S,
+    /// Where outbound messages come from (an `outbound::Routes`).
     pub source: &'d mut M,
 }
 
@@ -114,9 +122,37 @@ enum Outcome<X> {
     Stopped,
 }
 
-/// The runner's state that outlives a run: the held message, the link
-/// state, the gather buffer.
-pub(crate) struct Runner<'l> {
+/// The runner's state that outlives a run (keep it beside the engine, in
+/// the connector): the held message, the link state, the gather buffer.
+///
+/// A connector is an engine and a `Runner`; `framed::Framed` is this, in
+/// full, plus its configuration:
+///
+/// ```
+/// use aimdb_connectors::clock::Frozen;
+/// use aimdb_connectors::framed::{self, Counters};
+/// use aimdb_connectors::loopback::Pair;
+/// use aimdb_connectors::runner::{Drive, Runner};
+/// use aimdb_core::inbound::Dispatch;
+/// use aimdb_core::outbound::Routes;
+/// use aimdb_core::sync::Readiness;
+/// use embassy_sync::blocking_mutex::raw::NoopRawMutex;
+///
+/// static STATS: Counters = Counters::new();
+/// static READY: Readiness<1> = Readiness::new();
+/// let mut engine = framed::Engine::<64, 64>::new(&STATS, framed::Config::new());
+/// let mut runner = Runner::new();
+/// let mut sink = Dispatch::<1, 1>::builder().build().unwrap();
+/// let mut p = [0u8; 8];
+/// let mut source = Routes::<_, 1, 1>::builder(&READY, &mut p).build().unwrap();
+/// let pair = Pair::<NoopRawMutex, 64>::new();
+/// let (rx, tx) = pair.a();
+/// pair.close();
+/// let mut d = Drive { engine: &mut engine, clock: &Frozen, sink: &mut sink, source: &mut source };
+/// let end = futures::executor::block_on(runner.one(&mut d, rx, tx));
+/// assert_eq!(end, framed::Error::Closed);
+/// ```
+pub struct Runner<'l> {
     /// A message taken from the source that the engine has not taken.
     held: Option<Ready>,
     link: Report<'l>,
@@ -127,8 +163,25 @@ pub(crate) struct Runner<'l> {
     last_online: Option<u64>,
 }
 
+impl Default for Runner<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl core::fmt::Debug for Runner<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Runner")
+            .field("held", &self.held.is_some())
+            .field("link", &self.link.last)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<'l> Runner<'l> {
-    pub(crate) const fn new() -> Self {
+    /// A runner that reports no link state and writes the engine's
+    /// output as it comes.
+    pub const fn new() -> Self {
         Self {
             held: None,
             link: Report {
@@ -146,12 +199,13 @@ impl<'l> Runner<'l> {
     }
 
     /// Reports the link state into `sink` from now on.
-    pub(crate) const fn set_link(&mut self, sink: &'l (dyn Sink<LinkState> + Sync)) {
+    pub const fn set_link(&mut self, sink: &'l (dyn Sink<LinkState> + Sync)) {
         self.link.sink = Some(sink);
     }
 
-    /// Gathers engine output into `buf` before writing it.
-    pub(crate) fn set_gather(&mut self, buf: &'l mut [u8]) {
+    /// Gathers engine output into `buf` before writing it, so a burst
+    /// leaves in one transport write.
+    pub fn set_gather(&mut self, buf: &'l mut [u8]) {
         self.gather = Gather {
             buf,
             start: 0,
@@ -160,18 +214,23 @@ impl<'l> Runner<'l> {
     }
 
     /// Forgets the held message (its value stays in its record).
-    pub(crate) fn discard_held(&mut self) {
+    pub fn discard_held(&mut self) {
         self.held = None;
     }
 
     /// The link state last written.
-    pub(crate) fn link_state(&self) -> Option<LinkState> {
+    pub fn link_state(&self) -> Option<LinkState> {
         self.link.last
     }
 
-    /// Drives one connection on `rx`/`tx` until it ends (no connect, no
-    /// reconnect, no stop): the engine must have been opened.
-    pub(crate) async fn one<E, K, S, M, R, W>(
+    /// Opens the engine and drives one connection on `rx`/`tx` until it
+    /// ends (no connect, no reconnect, no stop).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future loses nothing the engine holds; a message the
+    /// engine could not take yet stays held for the next run.
+    pub async fn one<E, K, S, M, R, W>(
         &mut self,
         d: &mut Drive<'_, E, K, S, M>,
         rx: R,
@@ -204,7 +263,11 @@ impl<'l> Runner<'l> {
 
     /// Connects, drives, and reconnects as `settings` say, until the
     /// policy gives up or `stop` completes.
-    pub(crate) async fn run<E, K, S, M, C, F>(
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Self::one`]; the connection is dropped without a goodbye.
+    pub async fn run<E, K, S, M, C, F>(
         &mut self,
         d: &mut Drive<'_, E, K, S, M>,
         connect: &mut C,
@@ -432,8 +495,7 @@ impl<'l> Runner<'l> {
                 self.link.set(LinkState::online(seq));
             }
             let now = d.clock.now();
-            if d.engine.stalled() {
-                // Output went: received packets waiting for room go on.
+            if d.engine.pending() {
                 d.engine.received(0, now, d.sink);
             }
             if st.closing.is_some() && d.engine.closed() && self.drained(d.engine) {
@@ -486,22 +548,8 @@ impl<'l> Runner<'l> {
         };
         let rx_buf = io.rx;
         let unflushed = st.unflushed;
-        let mut read = pin!(async {
-            if rx_buf.is_empty() {
-                core::future::pending().await
-            } else {
-                rx.read(rx_buf).await.map_err(|e| e.kind())
-            }
-        });
-        let mut write = pin!(async {
-            if !out.is_empty() {
-                Written::Wrote(tx.write(out).await.map_err(|e| e.kind()))
-            } else if unflushed {
-                Written::Flushed(tx.flush().await.map_err(|e| e.kind()))
-            } else {
-                core::future::pending().await
-            }
-        });
+        let mut read = pin!(read_into(rx, rx_buf));
+        let mut write = pin!(write_out(tx, out, unflushed));
         let clock = d.clock;
         let mut timer = pin!(async move {
             if wake == Instant::MAX {
@@ -668,6 +716,27 @@ impl Events {
             || self.timer
             || self.ready.is_some()
             || self.stop
+    }
+}
+
+/// Reads into `buf`; never completes for an empty `buf` (the engine does
+/// not want input now).
+async fn read_into<R: Read>(rx: &mut R, buf: &mut [u8]) -> Result<usize, ErrorKind> {
+    if buf.is_empty() {
+        return core::future::pending().await;
+    }
+    rx.read(buf).await.map_err(|e| e.kind())
+}
+
+/// Writes `out`, or flushes what was written when there is nothing more;
+/// never completes when there is neither.
+async fn write_out<W: Write>(tx: &mut W, out: &[u8], unflushed: bool) -> Written {
+    if !out.is_empty() {
+        Written::Wrote(tx.write(out).await.map_err(|e| e.kind()))
+    } else if unflushed {
+        Written::Flushed(tx.flush().await.map_err(|e| e.kind()))
+    } else {
+        core::future::pending().await
     }
 }
 

@@ -707,8 +707,14 @@ impl crate::engine::Engine for Engine<'_> {
         Some(self.next())
     }
 
-    fn stalled(&self) -> bool {
-        self.c.stalled
+    fn pending(&self) -> bool {
+        let quiet = self.out.in_flight == 0;
+        self.c.ended.is_none()
+            && (self.c.stalled
+                || match self.c.phase {
+                    Phase::Birth { queued } | Phase::Bye { queued } => !queued || quiet,
+                    _ => false,
+                })
     }
 
     fn cause(end: Cause) -> link::Cause {

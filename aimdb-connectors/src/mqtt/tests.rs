@@ -266,7 +266,7 @@ fn acknowledgements_wait_in_rx_while_the_control_queue_is_full() {
     }
     feed(&mut e, &inbound, inbound.len(), &mut got);
     assert_eq!(got.payloads.len(), 8);
-    assert!(e.stalled());
+    assert!(e.pending());
     assert!(e.io().rx.is_empty(), "nothing more is read meanwhile");
     let acks = drain(&mut e);
     e.received(0, T0, &mut got);
@@ -275,4 +275,33 @@ fn acknowledgements_wait_in_rx_while_the_control_queue_is_full() {
     all.extend(drain(&mut e));
     let want: Vec<u8> = (1..=12u8).flat_map(|id| [0x40, 2, 0, id]).collect();
     assert_eq!(all, want);
+}
+
+#[test]
+fn a_stop_says_goodbye_then_disconnects_even_at_qos_0() {
+    let counters = Counters::new();
+    let (mut rx, mut tx) = ([0u8; 128], [0u8; 256]);
+    let mut presence = super::Presence::new("p");
+    presence.qos = QoS::AtMostOnce;
+    let mut s = settings(0);
+    s.presence = Some(presence);
+    let mut e = Engine::with_settings(s, &mut rx, &mut tx, &counters);
+    let mut got = Got::default();
+    connect(&mut e, &CONNACK, &mut got);
+    assert!(e.accepting(), "the birth needs no acknowledgement at QoS 0");
+    let birth = drain(&mut e);
+    assert!(birth.windows(6).any(|w| w == b"online"));
+    e.close(T0);
+    // The runner's loop: write what is queued, then let pending steps run.
+    let mut out = drain(&mut e);
+    for _ in 0..4 {
+        if !e.pending() {
+            break;
+        }
+        e.received(0, T0, &mut got);
+        out.extend(drain(&mut e));
+    }
+    assert!(e.closed(), "DISCONNECT written");
+    assert!(out.windows(7).any(|w| w == b"stopped"), "the goodbye first");
+    assert_eq!(&out[out.len() - 2..], [0xe0, 0x00]);
 }

@@ -127,6 +127,8 @@ impl Engine<'_> {
                 Err(cause) => self.fail(cause),
             }
         }
+        // Steps that wait for room or for quiescence, not for a packet.
+        self.advance(sink);
         if self.c.start == self.c.filled {
             (self.c.start, self.c.filled) = (0, 0);
         }
