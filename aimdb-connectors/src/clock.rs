@@ -55,7 +55,12 @@ impl Instant {
 impl Add<Duration> for Instant {
     type Output = Self;
     fn add(self, d: Duration) -> Self {
-        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        // In u64 (not `as_micros`' u128, which costs a firmware 128-bit
+        // arithmetic routines).
+        let us = d
+            .as_secs()
+            .saturating_mul(1_000_000)
+            .saturating_add(u64::from(d.subsec_micros()));
         Self(self.0.saturating_add(us))
     }
 }

@@ -184,6 +184,12 @@ pub trait Engine {
     /// Counts one write to the transport.
     fn wrote(&mut self) {}
 
+    /// Whether [`Engine::io`] may lend bytes to write (a cheap hint: a
+    /// `true` may still lend none). By default `true`.
+    fn has_output(&self) -> bool {
+        true
+    }
+
     /// Work waits for a call of [`Engine::received`] with no new bytes
     /// (received packets waiting for output room, a step that needs the
     /// sink): the runner makes that call after every event while this

@@ -42,6 +42,7 @@ use aimdb_core::link::{self, LinkState};
 use aimdb_core::record::Sink;
 use embassy_futures::select::{select, select3, Either, Either3};
 use embedded_io_async::{Error as _, ErrorKind, Read, Write};
+use portable_atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::clock::{Clock, Instant};
 use crate::connect::Connect;
@@ -400,23 +401,29 @@ impl<'l> Runner<'l> {
         }
     }
 
-    /// Offers what is ready, up to [`BURST`] messages. `true`: the source
-    /// had nothing and holds this task's waker (no need to look again
-    /// before it wakes us).
-    async fn feed<E, K, S, M>(&mut self, d: &mut Drive<'_, E, K, S, M>) -> bool
+    /// Offers what is ready, up to [`BURST`] messages; with `asked` (the
+    /// source had nothing and holds this task's waker, and the task has
+    /// not parked since) only the held message. `true`: the source had
+    /// nothing and holds this task's waker.
+    async fn feed<E, K, S, M>(
+        &mut self,
+        d: &mut Drive<'_, E, K, S, M>,
+        now: Instant,
+        asked: bool,
+    ) -> bool
     where
         E: Engine,
         K: Clock,
         S: ?Sized,
         M: MessageSource + ?Sized,
     {
-        let now = d.clock.now();
         for _ in 0..BURST {
             if !d.engine.accepting() {
-                return false;
+                return asked;
             }
             let ready = match self.held.take() {
                 Some(r) => r,
+                None if asked => return true,
                 None => match now_ready(d.source).await {
                     Some(r) => r,
                     None => return true,
@@ -426,7 +433,7 @@ impl<'l> Runner<'l> {
                 Offer::Accepted | Offer::TooLarge => self.gather(d.engine, now),
                 Offer::Busy => {
                     self.held = Some(ready);
-                    return false;
+                    return asked;
                 }
             }
         }
@@ -473,6 +480,7 @@ impl<'l> Runner<'l> {
         F: Future<Output = ()>,
     {
         let mut st = Conn {
+            online: None,
             up: false,
             closing: None,
             unflushed: false,
@@ -490,9 +498,13 @@ impl<'l> Runner<'l> {
                 st.up = true;
                 self.came_up(d, limits.counted);
             }
-            if let Some(seq) = d.engine.online() {
-                self.last_online = Some(seq);
-                self.link.set(LinkState::online(seq));
+            let online = d.engine.online();
+            if online != st.online {
+                st.online = online;
+                if let Some(seq) = online {
+                    self.last_online = Some(seq);
+                    self.link.set(LinkState::online(seq));
+                }
             }
             let now = d.clock.now();
             if d.engine.pending() {
@@ -501,8 +513,17 @@ impl<'l> Runner<'l> {
             if st.closing.is_some() && d.engine.closed() && self.drained(d.engine) {
                 return Outcome::Stopped;
             }
-            st.asked = st.closing.is_none() && self.feed(d).await;
+            if st.closing.is_none() {
+                st.asked = self.feed(d, now, st.asked).await;
+            }
             self.gather(d.engine, now);
+            let wrote = self.write_now(d, &mut tx, &mut st, now).await;
+            let ended = d.engine.ended().is_some();
+            if ended || wrote && (self.held.is_some() || d.engine.pending()) {
+                // The write ended the connection; or room was made: the
+                // held message or a waiting step first.
+                continue;
+            }
             let wake = st.wake(d.engine, &limits);
             let ev = self
                 .wait(d, (&mut rx, &mut tx), &mut st, wake, stop.as_mut())
@@ -510,6 +531,104 @@ impl<'l> Runner<'l> {
             if let Some(o) = self.handle(d, ev, &mut st, &limits) {
                 return o;
             }
+        }
+    }
+
+    /// Writes what is queued as long as the transport takes it at once
+    /// (a socket or UART with room, the usual case): a message then leaves
+    /// in the round that queued it, without a round of waiting. What the
+    /// transport does not take at once is left to [`Self::wait`].
+    /// `true`: something was written.
+    async fn write_now<E, K, S, M, W>(
+        &mut self,
+        d: &mut Drive<'_, E, K, S, M>,
+        tx: &mut W,
+        st: &mut Conn,
+        now: Instant,
+    ) -> bool
+    where
+        E: Engine,
+        K: Clock,
+        S: ?Sized,
+        M: ?Sized,
+        W: Write,
+    {
+        let mut wrote_any = false;
+        for _ in 0..BURST {
+            let idle = self.gather.start == self.gather.end && !d.engine.has_output();
+            if d.engine.ended().is_some() || idle && !st.unflushed {
+                return wrote_any;
+            }
+            let unflushed = st.unflushed;
+            let (done, pending) = {
+                let io = d.engine.io();
+                let g = &self.gather;
+                let out: &[u8] = if g.buf.is_empty() {
+                    io.tx
+                } else {
+                    &g.buf[g.start..g.end]
+                };
+                if out.is_empty() && !unflushed {
+                    return wrote_any;
+                }
+                let wrote = AtomicUsize::new(0);
+                let mut write = pin!(write_out(tx, out, unflushed, &wrote));
+                match poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await {
+                    Poll::Ready(w) => (Some(w), false),
+                    // Taken, the flush not done yet: taken all the same.
+                    Poll::Pending => {
+                        let n = wrote.load(Ordering::Relaxed).checked_sub(1);
+                        (n.map(|n| Written::Wrote(Ok(n), false)), true)
+                    }
+                }
+            };
+            if let Some(w) = done {
+                wrote_any |= matches!(w, Written::Wrote(Ok(1..), _));
+                self.written(d, w, st, now);
+            }
+            if pending {
+                return wrote_any;
+            }
+        }
+        wrote_any
+    }
+
+    /// Hands a write round's outcome to the engine.
+    fn written<E, K, S, M>(
+        &mut self,
+        d: &mut Drive<'_, E, K, S, M>,
+        w: Written,
+        st: &mut Conn,
+        now: Instant,
+    ) where
+        E: Engine,
+        S: ?Sized,
+        M: ?Sized,
+    {
+        match w {
+            Written::Wrote(Ok(0), _) => d.engine.end(IoEnd::Write(ErrorKind::WriteZero)),
+            Written::Wrote(Ok(n), flushed) => {
+                d.engine.wrote();
+                st.unflushed = !flushed;
+                self.transmitted(d.engine, n, now);
+            }
+            Written::Flushed(Ok(())) => st.unflushed = false,
+            Written::FlushFailed(n, k) => {
+                d.engine.wrote();
+                self.transmitted(d.engine, n, now);
+                d.engine.end(IoEnd::Write(k));
+            }
+            Written::Wrote(Err(k), _) | Written::Flushed(Err(k)) => d.engine.end(IoEnd::Write(k)),
+        }
+    }
+
+    /// `n` bytes of what was lent for writing went out.
+    fn transmitted<E: Engine>(&mut self, engine: &mut E, n: usize, now: Instant) {
+        let g = &mut self.gather;
+        if g.buf.is_empty() {
+            engine.transmitted(n, now);
+        } else {
+            g.start = (g.start + n).min(g.end);
         }
     }
 
@@ -546,10 +665,13 @@ impl<'l> Runner<'l> {
         } else {
             &g.buf[g.start..g.end]
         };
-        let rx_buf = io.rx;
-        let unflushed = st.unflushed;
-        let mut read = pin!(read_into(rx, rx_buf));
-        let mut write = pin!(write_out(tx, out, unflushed));
+        // Bytes the write took before its flush (+1; 0: none yet), kept if
+        // the flush is cut short by another event.
+        let wrote = AtomicUsize::new(0);
+        // The source was polled in the last round and holds our waker.
+        let looked = AtomicBool::new(false);
+        let mut read = pin!(read_into(rx, io.rx));
+        let mut write = pin!(write_out(tx, out, st.unflushed, &wrote));
         let clock = d.clock;
         let mut timer = pin!(async move {
             if wake == Instant::MAX {
@@ -558,16 +680,22 @@ impl<'l> Runner<'l> {
                 clock.sleep_until(wake).await
             }
         });
-        let mut skip = core::mem::take(&mut st.asked);
+        // A source that already holds our waker is not asked again before
+        // the task has parked.
+        let mut skip = st.asked;
         let source = &mut *d.source;
         let mut next = pin!(poll_fn(|cx| {
             if !want || core::mem::take(&mut skip) {
                 return Poll::Pending;
             }
-            source.poll_ready(cx)
+            let r = source.poll_ready(cx);
+            looked.store(r.is_pending(), Ordering::Relaxed);
+            r
         }));
         let mut stop = (st.closing.is_none()).then_some(stop);
-        poll_fn(|cx| {
+        let mut parked = false;
+        let mut ev = poll_fn(|cx| {
+            looked.store(false, Ordering::Relaxed);
             let mut ev = Events::default();
             if let Poll::Ready(r) = write.as_mut().poll(cx) {
                 ev.write = Some(r);
@@ -585,10 +713,20 @@ impl<'l> Runner<'l> {
             if ev.any() {
                 Poll::Ready(ev)
             } else {
+                parked = true;
                 Poll::Pending
             }
         })
-        .await
+        .await;
+        if ev.write.is_none() {
+            // Written, and the flush cut short: written all the same.
+            if let Some(n) = wrote.load(Ordering::Relaxed).checked_sub(1) {
+                ev.write = Some(Written::Wrote(Ok(n), false));
+            }
+        }
+        // After a park, a wake may have taken the source's registration.
+        st.asked = ev.ready.is_none() && (looked.load(Ordering::Relaxed) || (!parked && st.asked));
+        ev
     }
 
     /// Hands the events to the engine; `Some` when the connection is over
@@ -609,23 +747,8 @@ impl<'l> Runner<'l> {
         let now = d.clock.now();
         // The write first: what was lent for it is what the engine still
         // has queued (reading may queue more).
-        match ev.write {
-            Some(Written::Wrote(Ok(0))) => d.engine.end(IoEnd::Write(ErrorKind::WriteZero)),
-            Some(Written::Wrote(Ok(n))) => {
-                d.engine.wrote();
-                st.unflushed = true;
-                let g = &mut self.gather;
-                if g.buf.is_empty() {
-                    d.engine.transmitted(n, now);
-                } else {
-                    g.start = (g.start + n).min(g.end);
-                }
-            }
-            Some(Written::Flushed(Ok(()))) => st.unflushed = false,
-            Some(Written::Wrote(Err(k)) | Written::Flushed(Err(k))) => {
-                d.engine.end(IoEnd::Write(k))
-            }
-            None => {}
+        if let Some(w) = ev.write {
+            self.written(d, w, st, now);
         }
         match ev.read {
             Some(Ok(0)) => d.engine.end(IoEnd::Closed),
@@ -673,6 +796,8 @@ struct Limits {
 
 /// One connection's runner state.
 struct Conn {
+    /// The sequence last reported online in this connection.
+    online: Option<u64>,
     up: bool,
     /// A stop came: the goodbye must be done by then.
     closing: Option<Instant>,
@@ -693,10 +818,12 @@ impl Conn {
     }
 }
 
-/// What a write round did.
+/// What a write round did: bytes written (and whether the flush after
+/// them completed), or a flush of earlier writes.
 enum Written {
-    Wrote(Result<usize, ErrorKind>),
+    Wrote(Result<usize, ErrorKind>, bool),
     Flushed(Result<(), ErrorKind>),
+    FlushFailed(usize, ErrorKind),
 }
 
 /// What completed while the runner waited.
@@ -728,15 +855,35 @@ async fn read_into<R: Read>(rx: &mut R, buf: &mut [u8]) -> Result<usize, ErrorKi
     rx.read(buf).await.map_err(|e| e.kind())
 }
 
-/// Writes `out`, or flushes what was written when there is nothing more;
-/// never completes when there is neither.
-async fn write_out<W: Write>(tx: &mut W, out: &[u8], unflushed: bool) -> Written {
-    if !out.is_empty() {
-        Written::Wrote(tx.write(out).await.map_err(|e| e.kind()))
-    } else if unflushed {
-        Written::Flushed(tx.flush().await.map_err(|e| e.kind()))
-    } else {
-        core::future::pending().await
+/// Writes `out` and, once all of it is taken, flushes (so a packet
+/// leaves in the same round); with nothing to write, flushes earlier
+/// writes; never completes when there is neither. What the write took is
+/// published in `wrote` before the flush, so a round that ends during the
+/// flush still counts it.
+async fn write_out<W: Write>(
+    tx: &mut W,
+    out: &[u8],
+    unflushed: bool,
+    wrote: &AtomicUsize,
+) -> Written {
+    if out.is_empty() {
+        if unflushed {
+            return Written::Flushed(tx.flush().await.map_err(|e| e.kind()));
+        }
+        return core::future::pending().await;
+    }
+    let n = match tx.write(out).await {
+        Ok(n) => n,
+        Err(e) => return Written::Wrote(Err(e.kind()), false),
+    };
+    if n < out.len() {
+        return Written::Wrote(Ok(n), false);
+    }
+    wrote.store(n + 1, Ordering::Relaxed);
+    match tx.flush().await {
+        Ok(()) => Written::Wrote(Ok(n), true),
+        // The bytes went; the flush failed: the connection ends.
+        Err(e) => Written::FlushFailed(n, e.kind()),
     }
 }
 

@@ -364,6 +364,10 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
         self.conn.opened && self.conn.ended.is_none()
     }
 
+    fn has_output(&self) -> bool {
+        self.out.resync || self.out.sent < self.out.len
+    }
+
     fn offer(&mut self, m: &Message<'_>, _now: Instant) -> Offer {
         let len = self.out.len;
         let lagged = m.lagged.min(u64::from(u32::MAX)) as u32;

@@ -86,8 +86,19 @@ pub(super) enum Phase {
     Done,
 }
 
+/// What [`Engine::io`](crate::engine::Engine::io) lent for writing last,
+/// so `transmitted` knows what went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lent {
+    Nothing,
+    Connect,
+    Ctrl,
+    Packet,
+}
+
 /// The state of one connection.
 pub(super) struct Conn {
+    pub(super) lent: Lent,
     pub(super) phase: Phase,
     /// Unprocessed inbound bytes: `rx[start..filled]`.
     pub(super) start: usize,
@@ -131,6 +142,7 @@ pub(super) struct Conn {
 impl Conn {
     const fn new() -> Self {
         Self {
+            lent: Lent::Nothing,
             phase: Phase::Done,
             start: 0,
             filled: 0,
@@ -325,6 +337,10 @@ impl<'a> Engine<'a> {
     /// Moves the connection on after inbound progress: the birth, the
     /// subscriptions, the goodbye.
     pub(super) fn advance<S: FrameSink + ?Sized>(&mut self, sink: &mut S) {
+        if self.c.phase == Phase::Up && self.c.was_up {
+            // Serving: no step waits.
+            return;
+        }
         loop {
             let before = self.c.phase;
             if let Err(cause) = self.step(sink) {
@@ -344,7 +360,6 @@ impl<'a> Engine<'a> {
     /// One phase step; the phase changes when it is done.
     fn step<S: FrameSink + ?Sized>(&mut self, sink: &mut S) -> Result<(), Cause> {
         let quiet = self.out.in_flight == 0;
-        let idle = quiet && self.out_idle();
         match self.c.phase {
             Phase::Birth { queued: false } => {
                 let birth = LinkState::online(self.c.birth);
@@ -366,7 +381,11 @@ impl<'a> Engine<'a> {
                 let bye = LinkState::offline(self.c.birth, link::Cause::Stopped);
                 self.announce_then(bye, Phase::Bye { queued: true })?;
             }
-            Phase::Bye { queued: true } if idle => self.leave(),
+            Phase::Bye { queued: true } if quiet => {
+                if self.out_idle() {
+                    self.leave();
+                }
+            }
             _ => {}
         }
         Ok(())
@@ -756,6 +775,11 @@ impl crate::engine::Engine for Engine<'_> {
 
     fn wrote(&mut self) {
         self.counters.bump_writes();
+    }
+
+    fn has_output(&self) -> bool {
+        let c = &self.c;
+        c.connect.0 < c.connect.1 || c.ctrl_sent < c.ctrl_len || self.out.has_next()
     }
 }
 

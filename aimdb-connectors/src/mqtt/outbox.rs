@@ -46,6 +46,9 @@ pub(super) struct Outbox<'a> {
     /// Records before this were sent on an earlier connection: a resumed
     /// session sends them again (PUBREL for those awaiting PUBCOMP).
     resend_end: usize,
+    /// The end of the record at the cursor, once [`Self::next`] found it
+    /// has a packet to send (0: not known).
+    rec_end: usize,
 }
 
 impl<'a> Outbox<'a> {
@@ -59,6 +62,7 @@ impl<'a> Outbox<'a> {
             rec: 0,
             off: 0,
             resend_end: 0,
+            rec_end: 0,
         }
     }
 
@@ -101,10 +105,14 @@ impl<'a> Outbox<'a> {
         while self.head < self.tail && self.tx[self.head] == DONE {
             self.head += self.record(self.head).2;
         }
-        self.rec = self.rec.max(self.head);
+        if self.rec < self.head {
+            self.rec = self.head;
+            self.rec_end = 0;
+        }
         self.resend_end = self.resend_end.max(self.head);
         if self.head == self.tail {
             (self.head, self.tail, self.rec, self.off, self.resend_end) = (0, 0, 0, 0, 0);
+            self.rec_end = 0;
         }
     }
 
@@ -122,6 +130,7 @@ impl<'a> Outbox<'a> {
             self.tx.copy_within(h..self.tail, 0);
             self.tail -= h;
             self.rec -= h;
+            self.rec_end = self.rec_end.saturating_sub(h);
             self.resend_end = self.resend_end.saturating_sub(h);
             self.head = 0;
         }
@@ -143,12 +152,18 @@ impl<'a> Outbox<'a> {
     /// What to send next: the cursor skips records that have nothing to
     /// send.
     pub(super) fn next(&mut self) -> Next {
+        if self.rec_end > self.rec
+            && matches!(self.tx[self.rec], AWAIT_PUBACK | AWAIT_PUBREC | ONCE)
+        {
+            return Next::Packet(self.rec + HEAD + self.off, self.rec_end);
+        }
         while self.rec < self.tail {
             let (state, id, len) = self.record(self.rec);
             let resend = self.rec < self.resend_end;
             match state {
                 AWAIT_PUBACK | AWAIT_PUBREC | ONCE => {
-                    return Next::Packet(self.rec + HEAD + self.off, self.rec + len)
+                    self.rec_end = self.rec + len;
+                    return Next::Packet(self.rec + HEAD + self.off, self.rec_end);
                 }
                 AWAIT_PUBCOMP if resend && self.off == 0 => return Next::Pubrel(id),
                 _ => {
@@ -164,18 +179,27 @@ impl<'a> Outbox<'a> {
     /// packet was finished, with this first byte (a QoS 0 PUBLISH is then
     /// done).
     pub(super) fn sent(&mut self, n: usize) -> Option<u8> {
-        let (state, _, len) = self.record(self.rec);
+        if self.rec_end <= self.rec {
+            self.rec_end = self.rec + self.record(self.rec).2;
+        }
         self.off += n;
-        if self.off < len - HEAD {
+        if self.rec + HEAD + self.off < self.rec_end {
             return None;
         }
         let at = self.rec;
         let first = self.tx[at + HEAD];
-        self.rec += len;
+        let state = self.tx[at];
+        self.rec = self.rec_end;
         self.off = 0;
         if state == ONCE {
-            self.release(at);
+            if at == self.head && self.rec == self.tail {
+                // The only record, done: the outbox is empty.
+                (self.head, self.tail, self.rec, self.resend_end) = (0, 0, 0, 0);
+            } else {
+                self.release(at);
+            }
         }
+        self.rec_end = 0;
         Some(first)
     }
 
@@ -185,7 +209,14 @@ impl<'a> Outbox<'a> {
         if self.rec < self.tail {
             self.rec += self.record(self.rec).2;
             self.off = 0;
+            self.rec_end = 0;
         }
+    }
+
+    /// Whether the cursor has records ahead (some may have nothing to
+    /// send).
+    pub(super) fn has_next(&self) -> bool {
+        self.rec < self.tail
     }
 
     /// Whether a packet is part-way out (nothing else may go before its
@@ -212,6 +243,7 @@ impl<'a> Outbox<'a> {
         }
         self.resend_end = written.max(self.head);
         self.rec = self.tail;
+        self.rec_end = 0;
     }
 
     /// Marks a record done without moving anything (used while walking).
@@ -238,6 +270,7 @@ impl<'a> Outbox<'a> {
         }
         self.drop_done_front();
         self.rec = self.head;
+        self.rec_end = 0;
         if !resumed {
             self.resend_end = self.head;
         }

@@ -2,7 +2,7 @@
 
 use aimdb_core::connector::FrameSink;
 
-use super::engine::{Engine, Phase};
+use super::engine::{Engine, Lent, Phase};
 use super::outbox::{Next, AWAIT_PUBACK, AWAIT_PUBCOMP, AWAIT_PUBREC};
 use super::packet::{
     fixed_header, Reader, Value, CONNACK, DISCONNECT, PINGRESP, PUBACK, PUBCOMP, PUBLISH, PUBREC,
@@ -20,6 +20,7 @@ impl Engine<'_> {
     /// control packets between packets of the outbox.
     pub(super) fn io_buffers(&mut self) -> Io<'_> {
         let c = &mut self.c;
+        c.lent = Lent::Nothing;
         if c.ended.is_some() || c.phase == Phase::Done {
             return Io {
                 rx: &mut [],
@@ -28,18 +29,21 @@ impl Engine<'_> {
         }
         if c.connect.0 < c.connect.1 {
             // The CONNECT is in RX: nothing is read before it is out.
+            c.lent = Lent::Connect;
             return Io {
                 rx: &mut [],
                 tx: &self.rx[c.connect.0..c.connect.1],
             };
         }
+        let mut next = self.out.next();
         // A PUBREL owed on a resumed session goes through the control
         // queue.
-        while let Next::Pubrel(id) = self.out.next() {
+        while let Next::Pubrel(id) = next {
             if !self.queue(PUBREL << 4 | 0x02, id) {
                 break;
             }
             self.out.skip();
+            next = self.out.next();
         }
         let c = &mut self.c;
         if c.start > 0 {
@@ -55,14 +59,16 @@ impl Engine<'_> {
             &mut self.rx[c.filled..]
         };
         let ctrl = c.ctrl_sent < c.ctrl_len;
-        let tx: &[u8] = if ctrl && !self.out.mid_packet() {
-            &c.ctrl[c.ctrl_sent..c.ctrl_len]
-        } else {
-            match self.out.next() {
-                Next::Packet(a, b) => &self.out.tx[a..b],
-                _ if ctrl => &c.ctrl[c.ctrl_sent..c.ctrl_len],
-                _ => &[],
+        let tx: &[u8] = match next {
+            Next::Packet(a, b) if self.out.mid_packet() || !ctrl => {
+                c.lent = Lent::Packet;
+                &self.out.tx[a..b]
             }
+            _ if ctrl => {
+                c.lent = Lent::Ctrl;
+                &c.ctrl[c.ctrl_sent..c.ctrl_len]
+            }
+            _ => &[],
         };
         Io { rx, tx }
     }
@@ -74,26 +80,28 @@ impl Engine<'_> {
         }
         let c = &mut self.c;
         c.wrote = true;
-        if c.connect.0 < c.connect.1 {
-            c.connect.0 = (c.connect.0 + n).min(c.connect.1);
-            return;
-        }
-        let ctrl = c.ctrl_sent < c.ctrl_len;
-        let packet = matches!(self.out.next(), Next::Packet(..));
-        if ctrl && (!self.out.mid_packet() || !packet) {
-            c.ctrl_sent = (c.ctrl_sent + n).min(c.ctrl_len);
-            if c.ctrl_sent == c.ctrl_len {
-                (c.ctrl_sent, c.ctrl_len) = (0, 0);
-                if c.phase == Phase::Leaving {
-                    // The DISCONNECT, queued last, is out.
-                    c.phase = Phase::Done;
-                    if c.reopen {
-                        c.ended = Some(Cause::Disconnected);
+        match c.lent {
+            Lent::Connect => c.connect.0 = (c.connect.0 + n).min(c.connect.1),
+            Lent::Ctrl => {
+                c.ctrl_sent = (c.ctrl_sent + n).min(c.ctrl_len);
+                if c.ctrl_sent == c.ctrl_len {
+                    (c.ctrl_sent, c.ctrl_len) = (0, 0);
+                    c.lent = Lent::Nothing;
+                    if c.phase == Phase::Leaving {
+                        // The DISCONNECT, queued last, is out.
+                        c.phase = Phase::Done;
+                        if c.reopen {
+                            c.ended = Some(Cause::Disconnected);
+                        }
                     }
                 }
             }
-        } else if packet {
-            self.out.sent(n);
+            Lent::Packet => {
+                if self.out.sent(n).is_some() {
+                    self.c.lent = Lent::Nothing;
+                }
+            }
+            Lent::Nothing => {}
         }
     }
 
