@@ -381,11 +381,7 @@ impl<'a> Engine<'a> {
                 let bye = LinkState::offline(self.c.birth, link::Cause::Stopped);
                 self.announce_then(bye, Phase::Bye { queued: true })?;
             }
-            Phase::Bye { queued: true } if quiet => {
-                if self.out_idle() {
-                    self.leave();
-                }
-            }
+            Phase::Bye { queued: true } if quiet => self.leave_when_idle(),
             _ => {}
         }
         Ok(())
@@ -398,6 +394,13 @@ impl<'a> Engine<'a> {
             self.c.phase = next;
         }
         Ok(())
+    }
+
+    /// Queues the DISCONNECT once everything queued before it went out.
+    fn leave_when_idle(&mut self) {
+        if self.out_idle() {
+            self.leave();
+        }
     }
 
     /// Queues the DISCONNECT: the connection ends once it is written.
