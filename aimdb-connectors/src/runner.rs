@@ -898,3 +898,102 @@ async fn now_ready<M: MessageSource + ?Sized>(source: &mut M) -> Option<Ready> {
     })
     .await
 }
+
+#[cfg(all(test, feature = "std"))]
+mod tests {
+    use core::future::Future;
+    use core::pin::pin;
+    use core::task::{Context, Poll, Waker};
+
+    use aimdb_core::codec::Postcard;
+    use aimdb_core::inbound::Dispatch;
+    use aimdb_core::outbound::{self, Routes};
+    use aimdb_core::record::{Latest, Record};
+    use aimdb_core::sync::Readiness;
+    use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+    use embedded_io_async::{ErrorKind, ErrorType, Read, Write};
+
+    use super::{Drive, Runner};
+    use crate::clock::Frozen;
+    use crate::framed::{self, Counters};
+
+    /// Reads never complete; writes fail.
+    struct Broken;
+
+    impl ErrorType for Broken {
+        type Error = ErrorKind;
+    }
+
+    impl Read for Broken {
+        async fn read(&mut self, _buf: &mut [u8]) -> Result<usize, ErrorKind> {
+            core::future::pending().await
+        }
+    }
+
+    impl Write for Broken {
+        async fn write(&mut self, _buf: &[u8]) -> Result<usize, ErrorKind> {
+            Err(ErrorKind::BrokenPipe)
+        }
+        async fn flush(&mut self) -> Result<(), ErrorKind> {
+            Ok(())
+        }
+    }
+
+    /// Polls `fut` at most `n` times with a waker that does nothing.
+    fn poll_bounded<F: Future>(fut: F, n: usize) -> Option<F::Output> {
+        let mut fut = pin!(fut);
+        let mut cx = Context::from_waker(Waker::noop());
+        (0..n).find_map(|_| match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => Some(v),
+            Poll::Pending => None,
+        })
+    }
+
+    #[test]
+    fn a_failed_write_ends_the_connection_with_nothing_to_read() {
+        static VALUE: Record<Cs, Latest<u8>, 1> = Record::new("v");
+        static READY: Readiness<1> = Readiness::new();
+        static STATS: Counters = Counters::new();
+        let mut link = outbound::Link::new(VALUE.subscribe().unwrap(), "v", Postcard);
+        let mut payload = [0u8; 8];
+        let mut b = Routes::<_, 1, 1>::builder(&READY, &mut payload);
+        b.link(&mut link);
+        let mut source = b.build().unwrap();
+        let mut sink = Dispatch::<1, 1>::builder().build().unwrap();
+        let mut engine = framed::Engine::<64, 64>::new(&STATS, framed::Config::new());
+        let mut runner = Runner::new();
+        VALUE.write(7);
+        let mut d = Drive {
+            engine: &mut engine,
+            clock: &Frozen,
+            sink: &mut sink,
+            source: &mut source,
+        };
+        let end = poll_bounded(runner.one(&mut d, Broken, Broken), 16);
+        assert_eq!(end, Some(framed::Error::Write(ErrorKind::BrokenPipe)));
+    }
+
+    /// The MQTT engine lends nothing once it has ended: the run must end
+    /// on the failed write of its CONNECT, not wait for nothing.
+    #[cfg(feature = "mqtt")]
+    #[test]
+    fn a_failed_connect_write_ends_an_mqtt_connection() {
+        use crate::mqtt::{self, Cause};
+        static STATS: mqtt::Counters = mqtt::Counters::new();
+        static READY: Readiness<1> = Readiness::new();
+        let (mut rx, mut tx) = ([0u8; 128], [0u8; 128]);
+        let config = mqtt::Config::new("t");
+        let mut engine = mqtt::Engine::new(&config, &mut rx, &mut tx, &STATS).unwrap();
+        let mut sink = Dispatch::<1, 1>::builder().build().unwrap();
+        let mut source = Routes::<_, 1, 1>::builder(&READY, &mut []).build().unwrap();
+        let mut runner = Runner::new();
+        let mut d = Drive {
+            engine: &mut engine,
+            clock: &Frozen,
+            sink: &mut sink,
+            source: &mut source,
+        };
+        let end = poll_bounded(runner.one(&mut d, Broken, Broken), 16);
+        assert_eq!(end, Some(Cause::Transport));
+    }
+}
