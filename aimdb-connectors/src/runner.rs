@@ -442,11 +442,15 @@ impl<'l> Runner<'l> {
 
     /// With a gather buffer: moves engine output into it while it has
     /// room.
+    #[inline]
     fn gather<E: Engine>(&mut self, engine: &mut E, now: Instant) {
-        let g = &mut self.gather;
-        if g.buf.is_empty() {
-            return;
+        if !self.gather.buf.is_empty() {
+            self.gather_out(engine, now);
         }
+    }
+
+    fn gather_out<E: Engine>(&mut self, engine: &mut E, now: Instant) {
+        let g = &mut self.gather;
         if g.start == g.end {
             (g.start, g.end) = (0, 0);
         }

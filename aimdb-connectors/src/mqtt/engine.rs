@@ -278,18 +278,18 @@ impl<'a> Engine<'a> {
         {
             return Err(PubError::TooLarge);
         }
-        if HEAD + len > self.out.scratch(HEAD + len).len() {
+        let busy = self.out.tail > 0;
+        let id = if q > 0 { self.out.next_id() } else { 0 };
+        let retain = retain && self.c.retain_ok;
+        let Some(record) = self.out.scratch(HEAD + len).get_mut(..HEAD + len) else {
             // Room comes back as packets go out and acknowledgements come.
-            return Err(if self.out.tail > 0 {
+            return Err(if busy {
                 PubError::Busy
             } else {
                 PubError::TooLarge
             });
-        }
-        let id = if q > 0 { self.out.take_id() } else { 0 };
-        let retain = retain && self.c.retain_ok;
-        let scratch = self.out.scratch(HEAD + len);
-        let mut w = Writer::new(&mut scratch[HEAD..HEAD + len]);
+        };
+        let mut w = Writer::new(&mut record[HEAD..]);
         // Fits: `len` was checked against the slice.
         let _ = (|| {
             w.header(PUBLISH << 4 | q << 1 | u8::from(retain), remaining)?;
@@ -305,6 +305,9 @@ impl<'a> Engine<'a> {
             1 => AWAIT_PUBACK,
             _ => AWAIT_PUBREC,
         };
+        if q > 0 {
+            self.out.take_id();
+        }
         self.out.push(state, id, len);
         if q > 0 {
             self.counters.admit();

@@ -116,6 +116,11 @@ impl<'a> Outbox<'a> {
         }
     }
 
+    /// The packet identifier [`Self::take_id`] hands out next.
+    pub(super) fn next_id(&self) -> u16 {
+        self.next_id
+    }
+
     pub(super) fn take_id(&mut self) -> u16 {
         let id = self.next_id;
         self.next_id = self.next_id.checked_add(1).unwrap_or(1);
