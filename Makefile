@@ -36,15 +36,12 @@ e2e:
 	$(CARGO) run --release -p gateway --bin presence-e2e -- --qemu $(DEVICE_ELF)
 
 ## Every host test, for each feature set of aimdb-core CI builds, and the
-## quickstart example (it asserts its own outcome). The host clock's
-## timer-queue tests also run optimised: only there does a task's waker
-## compare unequal to its clone (a second copy of the vtable).
+## quickstart example (it asserts its own outcome).
 test:
 	$(CARGO) test -p aimdb-core
 	$(CARGO) test -p aimdb-core --features std,json
 	$(CARGO) test --workspace
 	$(CARGO) test -p aimdb-connectors --all-features
-	$(CARGO) test --release -p aimdb-connectors --features tokio,mqtt --lib host_clock
 	$(MAKE) quickstart
 
 ## The smallest example: a device and a host in one process on tokio's
