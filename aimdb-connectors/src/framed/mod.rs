@@ -48,7 +48,7 @@
 //! so that a peer which kept the fragment drops it as one bad frame (a
 //! peer that called [`Framed::reset`] sees an empty frame, which is
 //! skipped silently). A message taken from its route that did not fit the
-//! batch is kept too (its [`Ready`] is kept) and
+//! batch is kept too (its [`Ready`](aimdb_core::connector::Ready) is kept) and
 //! encoded first on the next run.
 //!
 //! So on a transport that delivers every byte it accepted (a UART, the
