@@ -111,6 +111,18 @@ struct Gather<'g> {
     end: usize,
 }
 
+impl Gather<'_> {
+    /// What to write: the gathered bytes, or with no gather buffer the
+    /// engine's own `tx`.
+    fn or<'a>(&'a self, tx: &'a [u8]) -> &'a [u8] {
+        if self.buf.is_empty() {
+            tx
+        } else {
+            &self.buf[self.start..self.end]
+        }
+    }
+}
+
 /// How a connection ended.
 enum Outcome<X> {
     /// The engine or the transport ended it; `up`: it had come up.
@@ -565,13 +577,7 @@ impl<'l> Runner<'l> {
             }
             let unflushed = st.unflushed;
             let (done, pending) = {
-                let io = d.engine.io();
-                let g = &self.gather;
-                let out: &[u8] = if g.buf.is_empty() {
-                    io.tx
-                } else {
-                    &g.buf[g.start..g.end]
-                };
+                let out = self.gather.or(d.engine.io().tx);
                 if out.is_empty() && !unflushed {
                     return wrote_any;
                 }
@@ -663,12 +669,7 @@ impl<'l> Runner<'l> {
     {
         let want = self.held.is_none() && d.engine.accepting() && st.closing.is_none();
         let io = d.engine.io();
-        let g = &self.gather;
-        let out: &[u8] = if g.buf.is_empty() {
-            io.tx
-        } else {
-            &g.buf[g.start..g.end]
-        };
+        let out = self.gather.or(io.tx);
         // Bytes the write took before its flush (+1; 0: none yet), kept if
         // the flush is cut short by another event.
         let wrote = AtomicUsize::new(0);
