@@ -190,7 +190,8 @@ impl<'s, const RX: usize, const TX: usize> Engine<'s, RX, TX> {
             rotate_right(&mut self.tx[at..out.len + n], n);
             out.len += n;
             out.keepalive = Some((at, at + n));
-            out.urgent_end = out.urgent_end.max(at + n);
+            // Everything from `at` moved right by `n`, the kept frames too.
+            out.urgent_end = out.urgent_end.max(at) + n;
         }
     }
 

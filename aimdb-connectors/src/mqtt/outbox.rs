@@ -49,6 +49,9 @@ pub(super) struct Outbox<'a> {
     /// The end of the record at the cursor, once [`Self::next`] found it
     /// has a packet to send (0: not known).
     rec_end: usize,
+    /// The current connection got its CONNACK (the cursor walks what it
+    /// sends); before it, nothing of the outbox is written.
+    sending: bool,
 }
 
 impl<'a> Outbox<'a> {
@@ -63,6 +66,7 @@ impl<'a> Outbox<'a> {
             off: 0,
             resend_end: 0,
             rec_end: 0,
+            sending: false,
         }
     }
 
@@ -236,7 +240,14 @@ impl<'a> Outbox<'a> {
     pub(super) fn open(&mut self) {
         // Where the last connection's writing stopped: records before
         // were written whole.
-        let written = self.rec;
+        // A connection that ended before its CONNACK wrote nothing of
+        // the outbox: what the one before it wrote still stands.
+        let written = if self.sending {
+            self.rec
+        } else {
+            self.resend_end
+        };
+        self.sending = false;
         self.off = 0;
         let mut at = self.head;
         while at < self.tail {
@@ -276,6 +287,7 @@ impl<'a> Outbox<'a> {
         self.drop_done_front();
         self.rec = self.head;
         self.rec_end = 0;
+        self.sending = true;
         if !resumed {
             self.resend_end = self.head;
         }
