@@ -34,7 +34,7 @@
 
 use core::future::{poll_fn, Future};
 use core::pin::{pin, Pin};
-use core::task::Poll;
+use core::task::{Context, Poll};
 use core::time::Duration;
 
 use aimdb_core::connector::{FrameSink, MessageSource, Ready};
@@ -417,11 +417,12 @@ impl<'l> Runner<'l> {
     /// source had nothing and holds this task's waker, and the task has
     /// not parked since) only the held message. `true`: the source had
     /// nothing and holds this task's waker.
-    async fn feed<E, K, S, M>(
+    fn feed<E, K, S, M>(
         &mut self,
         d: &mut Drive<'_, E, K, S, M>,
         now: Instant,
         asked: bool,
+        cx: &mut Context<'_>,
     ) -> bool
     where
         E: Engine,
@@ -436,9 +437,10 @@ impl<'l> Runner<'l> {
             let ready = match self.held.take() {
                 Some(r) => r,
                 None if asked => return true,
-                None => match now_ready(d.source).await {
-                    Some(r) => r,
-                    None => return true,
+                // Pending leaves this task's waker with the source.
+                None => match d.source.poll_ready(cx) {
+                    Poll::Ready(r) => r,
+                    Poll::Pending => return true,
                 },
             };
             match d.engine.offer(&d.source.message(ready), now) {
@@ -502,6 +504,9 @@ impl<'l> Runner<'l> {
             unflushed: false,
             asked: false,
         };
+        // One reading of the clock per round: taken when the round's
+        // events are in, used until the next wait.
+        let mut now = d.clock.now();
         loop {
             if let Some(end) = d.engine.ended() {
                 return match (d.engine.reopen(), st.closing.is_some()) {
@@ -522,18 +527,21 @@ impl<'l> Runner<'l> {
                     self.link.set(LinkState::online(seq));
                 }
             }
-            let now = d.clock.now();
             if d.engine.pending() {
                 d.engine.received(0, now, d.sink);
             }
             if st.closing.is_some() && d.engine.closed() && self.drained(d.engine) {
                 return Outcome::Stopped;
             }
-            if st.closing.is_none() {
-                st.asked = self.feed(d, now, st.asked).await;
-            }
-            self.gather(d.engine, now);
-            let wrote = self.write_now(d, &mut tx, &mut st, now).await;
+            // Offering and writing never wait: one poll of the task.
+            let wrote = poll_fn(|cx| {
+                if st.closing.is_none() {
+                    st.asked = self.feed(d, now, st.asked, cx);
+                }
+                self.gather(d.engine, now);
+                Poll::Ready(self.write_now(d, &mut tx, &mut st, now, cx))
+            })
+            .await;
             let ended = d.engine.ended().is_some();
             if ended || wrote && (self.held.is_some() || d.engine.pending()) {
                 // The write ended the connection; or room was made: the
@@ -544,7 +552,8 @@ impl<'l> Runner<'l> {
             let ev = self
                 .wait(d, (&mut rx, &mut tx), &mut st, wake, stop.as_mut())
                 .await;
-            if let Some(o) = self.handle(d, ev, &mut st, &limits) {
+            now = d.clock.now();
+            if let Some(o) = self.handle(d, ev, &mut st, &limits, now) {
                 return o;
             }
         }
@@ -555,12 +564,13 @@ impl<'l> Runner<'l> {
     /// in the round that queued it, without a round of waiting. What the
     /// transport does not take at once is left to [`Self::wait`].
     /// `true`: something was written.
-    async fn write_now<E, K, S, M, W>(
+    fn write_now<E, K, S, M, W>(
         &mut self,
         d: &mut Drive<'_, E, K, S, M>,
         tx: &mut W,
         st: &mut Conn,
         now: Instant,
+        cx: &mut Context<'_>,
     ) -> bool
     where
         E: Engine,
@@ -582,8 +592,8 @@ impl<'l> Runner<'l> {
                     return wrote_any;
                 }
                 let wrote = AtomicUsize::new(0);
-                let mut write = pin!(write_out(tx, out, unflushed, &wrote));
-                match poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await {
+                let mut write = pin!(write_out(tx, out, &wrote));
+                match write.as_mut().poll(cx) {
                     Poll::Ready(w) => (Some(w), false),
                     // Taken, the flush not done yet: taken all the same.
                     Poll::Pending => {
@@ -675,43 +685,55 @@ impl<'l> Runner<'l> {
         let wrote = AtomicUsize::new(0);
         // The source was polled in the last round and holds our waker.
         let looked = AtomicBool::new(false);
-        let mut read = pin!(read_into(rx, io.rx));
-        let mut write = pin!(write_out(tx, out, st.unflushed, &wrote));
+        // Only what can complete is polled: no read while the engine
+        // lends no room, no write with nothing to write or flush, no timer
+        // without a deadline.
+        let reading = !io.rx.is_empty();
+        let mut read = pin!(reading.then(|| rx.read(io.rx)));
+        let writing = !out.is_empty() || st.unflushed;
+        let mut write = pin!(writing.then(|| write_out(tx, out, &wrote)));
         let clock = d.clock;
-        let mut timer = pin!(async move {
-            if wake == Instant::MAX {
-                core::future::pending().await
-            } else {
-                clock.sleep_until(wake).await
-            }
-        });
+        let mut timer = pin!((wake != Instant::MAX).then(|| clock.sleep_until(wake)));
         // A source that already holds our waker is not asked again before
         // the task has parked.
         let mut skip = st.asked;
         let source = &mut *d.source;
-        let mut next = pin!(poll_fn(|cx| {
+        let mut next = poll_fn(|cx| {
             if !want || core::mem::take(&mut skip) {
                 return Poll::Pending;
             }
             let r = source.poll_ready(cx);
             looked.store(r.is_pending(), Ordering::Relaxed);
             r
-        }));
+        });
         let mut stop = (st.closing.is_none()).then_some(stop);
         let mut parked = false;
         let mut ev = poll_fn(|cx| {
             looked.store(false, Ordering::Relaxed);
             let mut ev = Events::default();
-            if let Poll::Ready(r) = write.as_mut().poll(cx) {
+            // The first poll polls everything, so each operation is
+            // polled at least once per round and none starves; after a
+            // wake-up the first that completed is enough (the others'
+            // wakers stay registered; they are polled again next round).
+            if let Poll::Ready(r) = Pin::new(&mut next).poll(cx) {
+                ev.ready = Some(r);
+                if parked {
+                    return Poll::Ready(ev);
+                }
+            }
+            if let Some(Poll::Ready(r)) = read.as_mut().as_pin_mut().map(|f| f.poll(cx)) {
+                ev.read = Some(r.map_err(|e| e.kind()));
+                if parked {
+                    return Poll::Ready(ev);
+                }
+            }
+            if let Some(Poll::Ready(r)) = write.as_mut().as_pin_mut().map(|f| f.poll(cx)) {
                 ev.write = Some(r);
             }
-            if let Poll::Ready(r) = read.as_mut().poll(cx) {
-                ev.read = Some(r);
-            }
-            ev.timer = timer.as_mut().poll(cx).is_ready();
-            if let Poll::Ready(r) = next.as_mut().poll(cx) {
-                ev.ready = Some(r);
-            }
+            ev.timer = timer
+                .as_mut()
+                .as_pin_mut()
+                .is_some_and(|f| f.poll(cx).is_ready());
             if let Some(s) = stop.as_mut() {
                 ev.stop = s.as_mut().poll(cx).is_ready();
             }
@@ -742,6 +764,7 @@ impl<'l> Runner<'l> {
         ev: Events,
         st: &mut Conn,
         limits: &Limits,
+        now: Instant,
     ) -> Option<Outcome<E::End>>
     where
         E: Engine,
@@ -749,7 +772,6 @@ impl<'l> Runner<'l> {
         S: FrameSink + ?Sized,
         M: ?Sized,
     {
-        let now = d.clock.now();
         // The write first: what was lent for it is what the engine still
         // has queued (reading may queue more).
         if let Some(w) = ev.write {
@@ -851,31 +873,15 @@ impl Events {
     }
 }
 
-/// Reads into `buf`; never completes for an empty `buf` (the engine does
-/// not want input now).
-async fn read_into<R: Read>(rx: &mut R, buf: &mut [u8]) -> Result<usize, ErrorKind> {
-    if buf.is_empty() {
-        return core::future::pending().await;
-    }
-    rx.read(buf).await.map_err(|e| e.kind())
-}
-
 /// Writes `out` and, once all of it is taken, flushes (so a packet
 /// leaves in the same round); with nothing to write, flushes earlier
-/// writes; never completes when there is neither. What the write took is
+/// writes (the runner calls it only when there is one or the other).
+/// What the write took is
 /// published in `wrote` before the flush, so a round that ends during the
 /// flush still counts it.
-async fn write_out<W: Write>(
-    tx: &mut W,
-    out: &[u8],
-    unflushed: bool,
-    wrote: &AtomicUsize,
-) -> Written {
+async fn write_out<W: Write>(tx: &mut W, out: &[u8], wrote: &AtomicUsize) -> Written {
     if out.is_empty() {
-        if unflushed {
-            return Written::Flushed(tx.flush().await.map_err(|e| e.kind()));
-        }
-        return core::future::pending().await;
+        return Written::Flushed(tx.flush().await.map_err(|e| e.kind()));
     }
     let n = match tx.write(out).await {
         Ok(n) => n,
@@ -890,18 +896,6 @@ async fn write_out<W: Write>(
         // The bytes went; the flush failed: the connection ends.
         Err(e) => Written::FlushFailed(n, e.kind()),
     }
-}
-
-/// The next ready message if one is ready now; never parks (a pending
-/// poll leaves this task's waker with the source).
-async fn now_ready<M: MessageSource + ?Sized>(source: &mut M) -> Option<Ready> {
-    poll_fn(|cx| {
-        Poll::Ready(match source.poll_ready(cx) {
-            Poll::Ready(r) => Some(r),
-            Poll::Pending => None,
-        })
-    })
-    .await
 }
 
 #[cfg(all(test, feature = "std"))]

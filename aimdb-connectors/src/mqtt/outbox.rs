@@ -153,6 +153,10 @@ impl<'a> Outbox<'a> {
         let t = self.tail;
         self.tx[t..t + HEAD].copy_from_slice(&[state, hi, lo]);
         self.tail += HEAD + len;
+        if self.rec == t {
+            // The cursor stands on it: its end is known without parsing.
+            self.rec_end = self.tail;
+        }
         if matches!(state, AWAIT_PUBACK..=AWAIT_PUBCOMP) {
             self.in_flight += 1;
         }
