@@ -109,9 +109,22 @@ impl Clock for Frozen {
 
 /// embassy-time's clock: the firmware's time driver (feature
 /// `embassy-time`). Instants are embassy's, in microseconds.
+///
+/// A wait is converted to ticks in 32-bit arithmetic, at most
+/// [`u32::MAX`]` / (TICK_HZ / gcd(TICK_HZ, 10⁶))` microseconds at a time
+/// (over an hour at 1 kHz or 1 MHz ticks, 8.3 s at 32.768 kHz; a longer
+/// wait wakes once per step): a firmware links no 64-bit division for it.
 #[cfg(feature = "embassy-time")]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EmbassyClock;
+
+#[cfg(feature = "embassy-time")]
+impl EmbassyClock {
+    /// Ticks per microsecond as a reduced fraction `NUM / DEN` (a tick
+    /// rate whose fraction does not fit 32 bits fails to compile).
+    const NUM: u32 = fit(embassy_time::TICK_HZ / gcd(embassy_time::TICK_HZ, 1_000_000));
+    const DEN: u32 = fit(1_000_000 / gcd(embassy_time::TICK_HZ, 1_000_000));
+}
 
 #[cfg(feature = "embassy-time")]
 impl Clock for EmbassyClock {
@@ -122,13 +135,63 @@ impl Clock for EmbassyClock {
         if at == Instant::MAX {
             return core::future::pending().await;
         }
-        embassy_time::Timer::at(embassy_time::Instant::from_micros(at.0)).await;
+        loop {
+            let now = self.now();
+            if now >= at {
+                return;
+            }
+            let ticks = ticks_ceil(at.0 - now.0, Self::NUM, Self::DEN);
+            embassy_time::Timer::after_ticks(u64::from(ticks)).await;
+        }
+    }
+}
+
+/// The ticks (`num / den` per microsecond) covering `us` microseconds,
+/// rounded up, for at most as many microseconds as fit in 32-bit
+/// arithmetic (`u32::MAX / num`).
+#[cfg(any(feature = "embassy-time", test))]
+fn ticks_ceil(us: u64, num: u32, den: u32) -> u32 {
+    let step = us.min(u64::from(u32::MAX / num)) as u32;
+    (step * num).div_ceil(den)
+}
+
+#[cfg(feature = "embassy-time")]
+const fn fit(v: u64) -> u32 {
+    assert!(v <= u32::MAX as u64, "tick rate fraction over 32 bits");
+    v as u32
+}
+
+#[cfg(feature = "embassy-time")]
+const fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_in_ticks_covers_the_microseconds_and_stays_in_32_bits() {
+        // 32.768 kHz (512 / 15625 ticks per µs): 100 µs is 3.3 ticks.
+        assert_eq!(ticks_ceil(100, 512, 15_625), 4);
+        assert_eq!(ticks_ceil(15_625, 512, 15_625), 512);
+        // 1 kHz: 1 µs is one tick; 2,500 µs three.
+        assert_eq!(ticks_ceil(1, 1, 1_000), 1);
+        assert_eq!(ticks_ceil(2_500, 1, 1_000), 3);
+        // A wait too long for 32 bits is one step of at most
+        // u32::MAX / 512 µs (8.39 s at 32.768 kHz).
+        let step = u64::from(u32::MAX / 512);
+        assert_eq!(
+            ticks_ceil(u64::MAX - 1, 512, 15_625),
+            ticks_ceil(step, 512, 15_625)
+        );
+        assert_eq!(ticks_ceil(step, 512, 15_625), 274_878);
+        assert_eq!(ticks_ceil(0, 512, 15_625), 0);
+    }
 
     #[test]
     fn adding_saturates_and_differences_do_not_go_negative() {
