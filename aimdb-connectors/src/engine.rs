@@ -108,14 +108,16 @@ pub trait Engine {
     /// opening bytes (a CONNECT, a hello) queued.
     fn open(&mut self, now: Instant);
 
-    /// The buffers for the next read and write.
+    /// The buffers for the next read and write; both empty once the
+    /// connection [`ended`](Engine::ended) (until the next `open`).
     fn io(&mut self) -> Io<'_>;
 
     /// `n` bytes were read into [`Io::rx`]; inbound messages among them
     /// go to `sink`.
     fn received<S: FrameSink + ?Sized>(&mut self, n: usize, now: Instant, sink: &mut S);
 
-    /// `n` bytes of [`Io::tx`] were accepted by the transport.
+    /// `n` bytes of [`Io::tx`] were accepted by the transport (ignored
+    /// after the end).
     fn transmitted(&mut self, n: usize, now: Instant);
 
     /// Whether a message offered now could be taken (the connection is

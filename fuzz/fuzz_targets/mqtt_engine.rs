@@ -65,9 +65,8 @@
 //! drains: every accepted offer has then been written whole at least once
 //! (a new session drops only what an earlier connection wrote).
 //!
-//! Two known engine bugs are behind the switches `EARLY_BROKER` and
-//! `TOLERATE_NO_CONNACK_OPEN`: see their docs. `AIMDB_FUZZ_DEBUG=1`
-//! prints the decoded input, `AIMDB_FUZZ_SUMMARY=1` what was reached.
+//! The broker may answer before it has read the CONNECT (its bytes are
+//! read whenever the engine lends room). `AIMDB_FUZZ_DEBUG=1` prints the decoded input, `AIMDB_FUZZ_SUMMARY=1` what was reached.
 #![no_main]
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -476,56 +475,6 @@ fn parse_publish(first: u8, body: &[u8]) -> Option<Publish> {
     })
 }
 
-/// Whether the engine takes this first packet of a connection for a
-/// CONNACK that lets the session on (its `connack`, property by property).
-fn connack_ok(p: &Pk) -> bool {
-    fn props(mut r: Rd<'_>) -> Option<()> {
-        while !r.0.is_empty() {
-            let id = u8::try_from(r.varint()?).ok()?;
-            let v = match id {
-                0x01 | 0x17 | 0x19 | 0x24 | 0x25 | 0x28 | 0x29 | 0x2a => u32::from(r.u8()?),
-                0x13 | 0x21 | 0x22 | 0x23 => u32::from(r.u16()?),
-                0x02 | 0x11 | 0x18 | 0x27 => r.u32()?,
-                0x0b => u32::try_from(r.varint()?).ok()?,
-                0x03 | 0x08 | 0x12 | 0x15 | 0x1a | 0x1c | 0x1f => {
-                    core::str::from_utf8(r.binary()?).ok()?;
-                    1
-                }
-                0x09 | 0x16 => {
-                    r.binary()?;
-                    1
-                }
-                0x26 => {
-                    core::str::from_utf8(r.binary()?).ok()?;
-                    core::str::from_utf8(r.binary()?).ok()?;
-                    1
-                }
-                _ => return None,
-            };
-            if id == 0x21 && v == 0 {
-                return None;
-            }
-        }
-        Some(())
-    }
-    if p.first != CONNACK << 4 {
-        return false;
-    }
-    let mut r = Rd(&p.body);
-    let (Some(_flags), Some(reason)) = (r.u8(), r.u8()) else {
-        return false;
-    };
-    if reason >= 0x80 {
-        return false;
-    }
-    if r.0.is_empty() {
-        return true;
-    }
-    let Some(n) = r.varint() else { return false };
-    let Some(list) = r.take(n) else { return false };
-    props(Rd(list)).is_some()
-}
-
 // --------------------------------------------------------------- model
 
 /// One complete packet.
@@ -582,10 +531,6 @@ struct Conn {
     closing: bool,
     /// The runner counted its end.
     settled: bool,
-    /// The first inbound packet was looked at (`connacked`: the engine
-    /// took it for its CONNACK).
-    connack_seen: bool,
-    connacked: bool,
 }
 
 /// An accepted offer.
@@ -597,8 +542,6 @@ struct Offered {
     retain: bool,
     /// The last connection that wrote it whole, its packet id and QoS.
     written: Option<(usize, u16, u8)>,
-    /// Exposed to the bug of [`TOLERATE_NO_CONNACK_OPEN`].
-    tainted: bool,
 }
 
 struct Model {
@@ -948,7 +891,7 @@ impl Model {
                 assert!(got.dup, "a resend carries DUP: {got:?}");
                 assert_eq!((got.id, got.qos), (pid, q), "a resend is the same packet");
             }
-            None => assert!(!got.dup || o.tainted, "DUP on a first send: {got:?}"),
+            None => assert!(!got.dup, "DUP on a first send: {got:?}"),
         }
         o.written = Some((conn_no, got.id, got.qos));
     }
@@ -964,30 +907,6 @@ impl Model {
         }
     }
 }
-
-// ------------------------------------------------------------ switches
-
-/// A known engine bug, kept out of the way so the target searches on:
-/// a CONNECT that does not fit RX waits in TX, but RX is lent for reading
-/// meanwhile (a CONNECT in RX blocks reading until it is out); a CONNACK
-/// read before the CONNECT is written moves the session on, and a control
-/// packet (PINGREQ, an acknowledgement) then goes out ahead of the
-/// CONNECT. Only a peer that answers before it has the CONNECT gets
-/// there. While `false`, the broker's bytes are read only once the
-/// CONNECT is out; `true` finds it in seconds.
-const EARLY_BROKER: bool = false;
-
-/// A known engine bug, tolerated so the target searches on: `open` takes
-/// the records before the write cursor for written on the last
-/// connection, but a connection that ended before its CONNACK left the
-/// cursor at the tail (where `open` parks it), so the next `open` takes
-/// every record for written: a QoS 1/2 PUBLISH never written goes out
-/// with DUP on a resumed session, and a new session drops it unsent.
-/// While `true`, the offers that were waiting when a connection without
-/// a CONNACK was followed by another are exempt from the DUP and the
-/// no-loss checks (and only those); `false` finds it in minutes from an
-/// empty corpus, at once from the committed one.
-const TOLERATE_NO_CONNACK_OPEN: bool = true;
 
 // -------------------------------------------------------------- driver
 
@@ -1057,11 +976,6 @@ fn open(e: &mut mqtt::Engine<'_>, m: &mut Model, counters: &Counters) {
             }
         }
     }
-    if TOLERATE_NO_CONNACK_OPEN && m.conns.last().is_some_and(|c| !c.connacked) {
-        for o in m.offers.values_mut() {
-            o.tainted |= o.written.is_none();
-        }
-    }
     m.conns.push(Conn {
         consumed: Some(0),
         ..Conn::default()
@@ -1099,16 +1013,9 @@ fn receive(
 ) {
     let now = Instant::from_micros(m.now);
     let was_up = quiet!("accepting", e.accepting());
-    let ended_before = quiet!("ended", e.ended()).is_some();
     let before = snapshot(counters);
     let calls = sink.log.len();
     quiet!("received", e.received(n, now, sink));
-    let c = m.conn();
-    if !c.connack_seen && !c.in_pkts.is_empty() {
-        // In its first phase the engine takes the first packet whole.
-        c.connack_seen = true;
-        c.connacked = !ended_before && connack_ok(&c.in_pkts[0]);
-    }
     let after = snapshot(counters);
     let got = sink.log[calls..].to_vec();
     let ended = quiet!("ended", e.ended()).is_some();
@@ -1313,7 +1220,7 @@ fn run(input: &Input) {
     if up && drained {
         for (id, o) in &m.offers {
             assert!(
-                o.written.is_some() || o.tainted,
+                o.written.is_some(),
                 "offer {id} accepted and never written: {o:?}"
             );
         }
@@ -1358,7 +1265,7 @@ fn serve(
             if quiet!("pending", e.pending()) {
                 receive(e, m, sink, counters, 0);
             }
-            if m.inbox.is_empty() || (!EARLY_BROKER && m.conn().pkts.is_empty()) {
+            if m.inbox.is_empty() {
                 break;
             }
             let io = quiet!("io", e.io());
@@ -1403,10 +1310,6 @@ fn step(
         }
         Op::Rounds { present, rounds } => serve(e, m, sink, counters, *present, rounds % 16),
         Op::Read(max) => {
-            if !EARLY_BROKER && m.conn().pkts.is_empty() {
-                // The broker has no CONNECT yet.
-                return;
-            }
             let io = quiet!("io", e.io());
             let n = usize::from(*max).min(io.rx.len()).min(m.inbox.len());
             if n == 0 {
@@ -1480,7 +1383,6 @@ fn step(
                             qos: q % 3,
                             retain: *retain,
                             written: None,
-                            tainted: false,
                         },
                     );
                 }

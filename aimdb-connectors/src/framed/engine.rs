@@ -269,6 +269,12 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
     }
 
     fn io(&mut self) -> Io<'_> {
+        if self.conn.ended.is_some() {
+            return Io {
+                rx: &mut [],
+                tx: &[],
+            };
+        }
         let out = &self.out;
         let tx: &[u8] = if out.resync {
             DELIMITER
@@ -327,7 +333,7 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
 
     fn transmitted(&mut self, n: usize, now: Instant) {
         let out = &mut self.out;
-        if n == 0 {
+        if n == 0 || self.conn.ended.is_some() {
             return;
         }
         self.conn.wrote_at = now;

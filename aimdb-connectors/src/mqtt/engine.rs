@@ -135,6 +135,9 @@ pub(super) struct Conn {
     pub(super) reopen: bool,
     /// Complete packets wait in RX for room in the control queue.
     pub(super) stalled: bool,
+    /// The CONNECT waits in TX (RX was too short for it): nothing is read
+    /// before it is out, so no answer can move the session ahead of it.
+    pub(super) connect_in_tx: bool,
     /// This connection's birth sequence.
     pub(super) birth: u64,
 }
@@ -166,6 +169,7 @@ impl Conn {
             was_up: false,
             reopen: false,
             stalled: false,
+            connect_in_tx: false,
             birth: 0,
         }
     }
@@ -530,6 +534,7 @@ impl<'a> Engine<'a> {
             .and_then(|b| encode_connect(&self.settings, clean, rx_len, will, b))
             .ok_or(Cause::Disconnected)?;
         self.out.push(ONCE, 0, len);
+        self.c.connect_in_tx = true;
         Ok(())
     }
 }

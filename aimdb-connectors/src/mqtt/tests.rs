@@ -305,3 +305,33 @@ fn a_stop_says_goodbye_then_disconnects_even_at_qos_0() {
     assert!(out.windows(7).any(|w| w == b"stopped"), "the goodbye first");
     assert_eq!(&out[out.len() - 2..], [0xe0, 0x00]);
 }
+
+#[test]
+fn a_connect_waiting_in_tx_goes_out_whole_before_anything_is_read() {
+    let counters = Counters::new();
+    // RX (16 bytes) is too short for the CONNECT: it waits in TX.
+    let (mut rx, mut tx) = ([0u8; 16], [0u8; 128]);
+    let mut e = Engine::with_settings(settings(0), &mut rx, &mut tx, &counters);
+    let mut got = Got::default();
+    e.open(T0);
+    // A broker that answers before it has the CONNECT: a CONNACK and a
+    // QoS 1 PUBLISH (whose PUBACK would be a control packet to send),
+    // handed over as far as the engine lends room to read.
+    let mut early = CONNACK.to_vec();
+    early.extend_from_slice(&qos1(9, 1));
+    let rx = e.io().rx;
+    let n = rx.len().min(early.len());
+    rx[..n].copy_from_slice(&early[..n]);
+    if n > 0 {
+        e.received(n, T0, &mut got);
+    }
+    let out = drain(&mut e);
+    assert_eq!(out[0] >> 4, 1, "the CONNECT goes first");
+    let len = 2 + usize::from(out[1]);
+    assert!(len > 16 && out.len() >= len, "the CONNECT is out whole");
+    assert_eq!(out.len(), len, "nothing goes before the broker is read");
+    // Once it is out, the answers are read.
+    feed(&mut e, &early, early.len(), &mut got);
+    assert_eq!(got.payloads, [b"1".to_vec()]);
+    assert_eq!(drain(&mut e), [0x40, 0x02, 0x00, 9], "the PUBACK after it");
+}

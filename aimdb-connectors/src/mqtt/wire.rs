@@ -5,8 +5,8 @@ use aimdb_core::connector::FrameSink;
 use super::engine::{Engine, Lent, Phase};
 use super::outbox::{Next, AWAIT_PUBACK, AWAIT_PUBCOMP, AWAIT_PUBREC};
 use super::packet::{
-    fixed_header, Reader, Value, CONNACK, DISCONNECT, PINGRESP, PUBACK, PUBCOMP, PUBLISH, PUBREC,
-    PUBREL, SUBACK,
+    fixed_header, Reader, Value, CONNACK, CONNECT, DISCONNECT, PINGRESP, PUBACK, PUBCOMP, PUBLISH,
+    PUBREC, PUBREL, SUBACK,
 };
 use super::{Cause, Counters};
 use crate::clock::Instant;
@@ -53,7 +53,7 @@ impl Engine<'_> {
         }
         // Nothing more is read while complete packets wait for room in
         // the control queue.
-        let rx: &mut [u8] = if c.stalled {
+        let rx: &mut [u8] = if c.stalled || c.connect_in_tx {
             &mut []
         } else {
             &mut self.rx[c.filled..]
@@ -97,8 +97,11 @@ impl Engine<'_> {
                 }
             }
             Lent::Packet => {
-                if self.out.sent(n).is_some() {
+                if let Some(first) = self.out.sent(n) {
                     self.c.lent = Lent::Nothing;
+                    if first >> 4 == CONNECT {
+                        self.c.connect_in_tx = false;
+                    }
                 }
             }
             Lent::Nothing => {}
