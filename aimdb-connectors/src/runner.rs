@@ -12,9 +12,12 @@
 //! - **one clock** ([`Clock`]): the engine's timers (`poll_at`), the
 //!   timeouts and the backoff all read and sleep on it.
 //! - **I/O**: reads, writes and flushes run concurrently (a peer that
-//!   writes while we write never deadlocks a small pipe), every pending
-//!   operation is polled on every wake-up so no direction starves the
-//!   other. Optionally the engine's output is gathered into one buffer
+//!   writes while we write never deadlocks a small pipe). Each round
+//!   polls every pending operation once, so no direction starves the
+//!   other; after a wake-up it returns at the first that completed (the
+//!   others keep their wakers and are polled again next round). What the
+//!   transport takes at once is written in the round that queued it.
+//!   Optionally the engine's output is gathered into one buffer
 //!   so a burst leaves in one transport write.
 //! - **the connector contract's steps** ([`aimdb_core::connector`]): the
 //!   outbound pull, in bursts of at most [`BURST`] messages; a message
@@ -658,8 +661,10 @@ impl<'l> Runner<'l> {
         self.gather.start == self.gather.end && engine.io().tx.is_empty()
     }
 
-    /// Waits for the next events: every pending operation is polled on
-    /// every wake-up, and all that completed are returned together.
+    /// Waits for the next events: the first poll polls every pending
+    /// operation and returns all that completed; after a wake-up, the
+    /// first that completed (the ready source, then the read, then the
+    /// rest).
     async fn wait<E, K, S, M, R, W, F>(
         &mut self,
         d: &mut Drive<'_, E, K, S, M>,
