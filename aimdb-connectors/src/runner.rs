@@ -45,7 +45,7 @@ use aimdb_core::link::{self, LinkState};
 use aimdb_core::record::Sink;
 use embassy_futures::select::{select, select3, Either, Either3};
 use embedded_io_async::{Error as _, ErrorKind, Read, Write};
-use portable_atomic::{AtomicBool, AtomicUsize, Ordering};
+use portable_atomic::{AtomicBool, Ordering};
 
 use crate::clock::{Clock, Instant};
 use crate::connect::Connect;
@@ -584,34 +584,32 @@ impl<'l> Runner<'l> {
     {
         let mut wrote_any = false;
         for _ in 0..BURST {
-            let idle = self.gather.start == self.gather.end && !d.engine.has_output();
-            if d.engine.ended().is_some() || idle && !st.unflushed {
+            if d.engine.ended().is_some() {
                 return wrote_any;
             }
-            let unflushed = st.unflushed;
-            let (done, pending) = {
-                let out = self.gather.or(d.engine.io().tx);
-                if out.is_empty() && !unflushed {
+            let idle = self.gather.start == self.gather.end && !d.engine.has_output();
+            let w = if idle {
+                if !st.unflushed {
                     return wrote_any;
                 }
-                let wrote = AtomicUsize::new(0);
-                let mut write = pin!(write_out(tx, out, &wrote));
-                match write.as_mut().poll(cx) {
-                    Poll::Ready(w) => (Some(w), false),
-                    // Taken, the flush not done yet: taken all the same.
-                    Poll::Pending => {
-                        let n = wrote.load(Ordering::Relaxed).checked_sub(1);
-                        (n.map(|n| Written::Wrote(Ok(n), false)), true)
-                    }
+                match pin!(tx.flush()).poll(cx) {
+                    Poll::Ready(r) => Written::Flushed(r.map_err(|e| e.kind())),
+                    Poll::Pending => return wrote_any,
+                }
+            } else {
+                let out = self.gather.or(d.engine.io().tx);
+                if out.is_empty() {
+                    // Output that cannot go yet (a protocol step waits).
+                    return wrote_any;
+                }
+                match pin!(tx.write(out)).poll(cx) {
+                    Poll::Ready(r) => Written::Wrote(r.map_err(|e| e.kind())),
+                    // Nothing taken (the transport's write is cancel-safe).
+                    Poll::Pending => return wrote_any,
                 }
             };
-            if let Some(w) = done {
-                wrote_any |= matches!(w, Written::Wrote(Ok(1..), _));
-                self.written(d, w, st, now);
-            }
-            if pending {
-                return wrote_any;
-            }
+            wrote_any |= matches!(w, Written::Wrote(Ok(1..)));
+            self.written(d, w, st, now);
         }
         wrote_any
     }
@@ -629,19 +627,14 @@ impl<'l> Runner<'l> {
         M: ?Sized,
     {
         match w {
-            Written::Wrote(Ok(0), _) => d.engine.end(IoEnd::Write(ErrorKind::WriteZero)),
-            Written::Wrote(Ok(n), flushed) => {
+            Written::Wrote(Ok(0)) => d.engine.end(IoEnd::Write(ErrorKind::WriteZero)),
+            Written::Wrote(Ok(n)) => {
                 d.engine.wrote();
-                st.unflushed = !flushed;
+                st.unflushed = true;
                 self.transmitted(d.engine, n, now);
             }
             Written::Flushed(Ok(())) => st.unflushed = false,
-            Written::FlushFailed(n, k) => {
-                d.engine.wrote();
-                self.transmitted(d.engine, n, now);
-                d.engine.end(IoEnd::Write(k));
-            }
-            Written::Wrote(Err(k), _) | Written::Flushed(Err(k)) => d.engine.end(IoEnd::Write(k)),
+            Written::Wrote(Err(k)) | Written::Flushed(Err(k)) => d.engine.end(IoEnd::Write(k)),
         }
     }
 
@@ -685,9 +678,6 @@ impl<'l> Runner<'l> {
         let want = self.held.is_none() && d.engine.accepting() && st.closing.is_none();
         let io = d.engine.io();
         let out = self.gather.or(io.tx);
-        // Bytes the write took before its flush (+1; 0: none yet), kept if
-        // the flush is cut short by another event.
-        let wrote = AtomicUsize::new(0);
         // The source was polled in the last round and holds our waker.
         let looked = AtomicBool::new(false);
         // Only what can complete is polled: no read while the engine
@@ -696,7 +686,7 @@ impl<'l> Runner<'l> {
         let reading = !io.rx.is_empty();
         let mut read = pin!(reading.then(|| rx.read(io.rx)));
         let writing = !out.is_empty() || st.unflushed;
-        let mut write = pin!(writing.then(|| write_out(tx, out, &wrote)));
+        let mut write = pin!(writing.then(|| write_or_flush(tx, out)));
         let clock = d.clock;
         let mut timer = pin!((wake != Instant::MAX).then(|| clock.sleep_until(wake)));
         // A source that already holds our waker is not asked again before
@@ -713,7 +703,7 @@ impl<'l> Runner<'l> {
         });
         let mut stop = (st.closing.is_none()).then_some(stop);
         let mut parked = false;
-        let mut ev = poll_fn(|cx| {
+        let ev = poll_fn(|cx| {
             looked.store(false, Ordering::Relaxed);
             let mut ev = Events::default();
             // The first poll polls everything, so each operation is
@@ -750,12 +740,6 @@ impl<'l> Runner<'l> {
             }
         })
         .await;
-        if ev.write.is_none() {
-            // Written, and the flush cut short: written all the same.
-            if let Some(n) = wrote.load(Ordering::Relaxed).checked_sub(1) {
-                ev.write = Some(Written::Wrote(Ok(n), false));
-            }
-        }
         // After a park, a wake may have taken the source's registration.
         st.asked = ev.ready.is_none() && (looked.load(Ordering::Relaxed) || (!parked && st.asked));
         ev
@@ -850,12 +834,11 @@ impl Conn {
     }
 }
 
-/// What a write round did: bytes written (and whether the flush after
-/// them completed), or a flush of earlier writes.
+/// What a write round did: bytes written (a flush is then owed), or a
+/// flush of earlier writes.
 enum Written {
-    Wrote(Result<usize, ErrorKind>, bool),
+    Wrote(Result<usize, ErrorKind>),
     Flushed(Result<(), ErrorKind>),
-    FlushFailed(usize, ErrorKind),
 }
 
 /// What completed while the runner waited.
@@ -878,28 +861,15 @@ impl Events {
     }
 }
 
-/// Writes `out` and, once all of it is taken, flushes (so a packet
-/// leaves in the same round); with nothing to write, flushes earlier
-/// writes (the runner calls it only when there is one or the other).
-/// What the write took is
-/// published in `wrote` before the flush, so a round that ends during the
-/// flush still counts it.
-async fn write_out<W: Write>(tx: &mut W, out: &[u8], wrote: &AtomicUsize) -> Written {
+/// Writes `out`; with nothing to write, flushes earlier writes (the
+/// runner calls it only when there is one or the other). The flush
+/// comes once the engine has nothing more to write, so a burst is
+/// flushed once.
+async fn write_or_flush<W: Write>(tx: &mut W, out: &[u8]) -> Written {
     if out.is_empty() {
-        return Written::Flushed(tx.flush().await.map_err(|e| e.kind()));
-    }
-    let n = match tx.write(out).await {
-        Ok(n) => n,
-        Err(e) => return Written::Wrote(Err(e.kind()), false),
-    };
-    if n < out.len() {
-        return Written::Wrote(Ok(n), false);
-    }
-    wrote.store(n + 1, Ordering::Relaxed);
-    match tx.flush().await {
-        Ok(()) => Written::Wrote(Ok(n), true),
-        // The bytes went; the flush failed: the connection ends.
-        Err(e) => Written::FlushFailed(n, e.kind()),
+        Written::Flushed(tx.flush().await.map_err(|e| e.kind()))
+    } else {
+        Written::Wrote(tx.write(out).await.map_err(|e| e.kind()))
     }
 }
 
