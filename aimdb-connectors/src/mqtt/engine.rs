@@ -636,6 +636,7 @@ impl crate::engine::Engine for Engine<'_> {
         }
     }
 
+    #[inline(always)]
     fn io(&mut self) -> Io<'_> {
         self.io_buffers()
     }

@@ -18,6 +18,7 @@ type Span = (usize, usize);
 impl Engine<'_> {
     /// The buffers for the next read and write: the CONNECT first; then
     /// control packets between packets of the outbox.
+    #[inline(always)]
     pub(super) fn io_buffers(&mut self) -> Io<'_> {
         let c = &mut self.c;
         c.lent = Lent::Nothing;
