@@ -117,6 +117,7 @@ struct Gather<'g> {
 impl Gather<'_> {
     /// What to write: the gathered bytes, or with no gather buffer the
     /// engine's own `tx`.
+    #[inline(always)]
     fn or<'a>(&'a self, tx: &'a [u8]) -> &'a [u8] {
         if self.buf.is_empty() {
             tx

@@ -343,11 +343,17 @@ impl<'a> Engine<'a> {
 
     /// Moves the connection on after inbound progress: the birth, the
     /// subscriptions, the goodbye.
+    #[inline(always)]
     pub(super) fn advance<S: FrameSink + ?Sized>(&mut self, sink: &mut S) {
         if self.c.phase == Phase::Up && self.c.was_up {
             // Serving: no step waits.
             return;
         }
+        self.steps(sink);
+    }
+
+    /// The steps of [`Self::advance`] until the phase stays.
+    fn steps<S: FrameSink + ?Sized>(&mut self, sink: &mut S) {
         loop {
             let before = self.c.phase;
             if let Err(cause) = self.step(sink) {
@@ -669,6 +675,7 @@ impl crate::engine::Engine for Engine<'_> {
         }
     }
 
+    #[inline(always)]
     fn poll_at(&self) -> Option<Instant> {
         if self.c.ended.is_some() || self.c.phase == Phase::Connecting {
             return None;
