@@ -4,8 +4,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use aimdb_core::link::{LinkState, Status};
-use aimdb_core::remote::proto::{Body, ConnectorStats, Entry, Info};
-use aimdb_core::remote::{Op, ResponderStats};
+use aimdb_core::record::Kind;
+use aimdb_core::remote::proto::{self, Body, Codec, Host, Info};
+use aimdb_core::remote::{LinkCounters, Op, ResponderStats};
+use postcard_schema::schema::owned::OwnedNamedType;
 use serde_json::{json, Value};
 
 use crate::link::{self, Client, MqttArgs};
@@ -61,7 +63,10 @@ async fn connect(cli: &Cli, timeout: Duration) -> Result<Client, Fail> {
             .as_deref()
             .ok_or_else(|| Fail::Usage("--mqtt needs --node PREFIX (see `aimdb nodes`)".into()))?
             .trim_end_matches('/');
-        let (req, rsp) = (format!("{node}/aimdb/req"), format!("{node}/aimdb/rsp"));
+        let (req, rsp) = (
+            proto::topic(node, proto::REQUEST),
+            proto::topic(node, proto::RESPONSE),
+        );
         let conn = link::mqtt(&mqtt_args(cli, url), std::slice::from_ref(&rsp), timeout).await?;
         return Ok(Client::new(conn, req, rsp, timeout));
     }
@@ -77,13 +82,13 @@ async fn connect(cli: &Cli, timeout: Duration) -> Result<Client, Fail> {
     };
     Ok(Client::new(
         conn,
-        link::FRAMED_REQ.into(),
-        link::FRAMED_RSP.into(),
+        proto::REQUEST.into(),
+        proto::RESPONSE.into(),
         timeout,
     ))
 }
 
-pub(crate) fn unexpected(body: &Body) -> Fail {
+pub(crate) fn unexpected(body: &Body<'_, Host>) -> Fail {
     Fail::Other(format!("unexpected answer: {body:?}"))
 }
 
@@ -95,11 +100,13 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-pub(crate) async fn list_all(c: &mut Client) -> Result<Vec<Entry>, Fail> {
+/// Every described record's name.
+pub(crate) async fn list_all(c: &mut Client) -> Result<Vec<String>, Fail> {
     let mut all = Vec::new();
     loop {
         let from = u16::try_from(all.len()).unwrap_or(u16::MAX);
-        match c.call(Op::List { from }).await? {
+        let reply = c.call(Op::List { from }).await?;
+        match reply.body()? {
             Body::List {
                 total,
                 from,
@@ -108,7 +115,7 @@ pub(crate) async fn list_all(c: &mut Client) -> Result<Vec<Entry>, Fail> {
                 let next = usize::from(from) + entries.len();
                 let done = entries.is_empty() || next >= usize::from(total);
                 all.truncate(usize::from(from));
-                all.extend(entries);
+                all.extend(entries.iter().map(|e| e.name.to_string()));
                 if done {
                     return Ok(all);
                 }
@@ -118,17 +125,18 @@ pub(crate) async fn list_all(c: &mut Client) -> Result<Vec<Entry>, Fail> {
     }
 }
 
-/// Every stats page: the records' counters, and the connectors' (from
-/// the first page).
+/// A connector's name, counters and link state.
+type Conn = (String, LinkCounters, Option<LinkState>);
 /// Every record's counters, the connectors', and the responder's.
-type AllStats = (Vec<(String, u64, u64)>, Vec<ConnectorStats>, ResponderStats);
+type AllStats = (Vec<(String, u64, u64)>, Vec<Conn>, ResponderStats);
 
 async fn stats_all(c: &mut Client) -> Result<AllStats, Fail> {
     let mut all = Vec::new();
     let mut conns = Vec::new();
     loop {
         let from = u16::try_from(all.len()).unwrap_or(u16::MAX);
-        match c.call(Op::Stats { from }).await? {
+        let reply = c.call(Op::Stats { from }).await?;
+        match reply.body()? {
             Body::Stats {
                 total,
                 from,
@@ -137,12 +145,19 @@ async fn stats_all(c: &mut Client) -> Result<AllStats, Fail> {
                 responder,
             } => {
                 if from == 0 {
-                    conns = connectors;
+                    conns = connectors
+                        .iter()
+                        .map(|k| (k.name.to_string(), k.counters, k.link))
+                        .collect();
                 }
                 let next = usize::from(from) + entries.len();
                 let done = entries.is_empty() || next >= usize::from(total);
                 all.truncate(usize::from(from));
-                all.extend(entries);
+                all.extend(
+                    entries
+                        .iter()
+                        .map(|e| (e.name.to_string(), e.writes, e.replaced)),
+                );
                 if done {
                     return Ok((all, conns, responder));
                 }
@@ -152,22 +167,51 @@ async fn stats_all(c: &mut Client) -> Result<AllStats, Fail> {
     }
 }
 
-pub(crate) async fn info(c: &mut Client, record: &str) -> Result<Info, Fail> {
-    match c.call(Op::Describe { record }).await? {
-        Body::Describe(i) => Ok(i),
+/// A record's description, kept beyond its answer.
+pub(crate) struct RecordInfo {
+    pub name: String,
+    pub kind: Kind,
+    pub capacity: u16,
+    pub writable: bool,
+    pub codec: Codec,
+    pub topics: Vec<String>,
+    pub schema_hash: [u8; 8],
+    pub schema: OwnedNamedType,
+}
+
+impl From<Info<'_, Host>> for RecordInfo {
+    fn from(i: Info<'_, Host>) -> Self {
+        Self {
+            name: i.name.into(),
+            kind: i.kind,
+            capacity: i.capacity,
+            writable: i.writable,
+            codec: i.codec,
+            topics: i.topics.iter().map(|t| t.to_string()).collect(),
+            schema_hash: i.schema_hash,
+            schema: i.schema,
+        }
+    }
+}
+
+pub(crate) async fn info(c: &mut Client, record: &str) -> Result<RecordInfo, Fail> {
+    let reply = c.call(Op::Describe { record }).await?;
+    match reply.body()? {
+        Body::Describe(i) => Ok(i.into()),
         b => Err(unexpected(&b)),
     }
 }
 
 async fn value(c: &mut Client, record: &str) -> Result<(u64, Option<Vec<u8>>), Fail> {
-    match c.call(Op::Get { record }).await? {
-        Body::Value { writes, value } => Ok((writes, value)),
+    let reply = c.call(Op::Get { record }).await?;
+    match reply.body()? {
+        Body::Value { writes, value } => Ok((writes, value.map(<[u8]>::to_vec))),
         b => Err(unexpected(&b)),
     }
 }
 
 /// The value decoded with the record's schema.
-pub(crate) fn decode(info: &Info, bytes: &[u8]) -> Result<Value, Fail> {
+pub(crate) fn decode(info: &RecordInfo, bytes: &[u8]) -> Result<Value, Fail> {
     postcard_dyn::from_slice_dyn(&info.schema, bytes).map_err(|e| {
         Fail::Schema(format!(
             "value does not decode with the schema of `{}` ({}): {e:?}",
@@ -181,10 +225,10 @@ pub(crate) fn print_json(v: &Value) {
 }
 
 async fn ls(cli: &Cli, c: &mut Client) -> Result<(), Fail> {
-    let entries = list_all(c).await?;
-    let mut infos = Vec::with_capacity(entries.len());
-    for e in &entries {
-        infos.push(info(c, &e.name).await?);
+    let names = list_all(c).await?;
+    let mut infos = Vec::with_capacity(names.len());
+    for n in &names {
+        infos.push(info(c, n).await?);
     }
     if cli.json {
         let v: Vec<Value> = infos
@@ -229,7 +273,7 @@ async fn ls(cli: &Cli, c: &mut Client) -> Result<(), Fail> {
 }
 
 /// The schema as Rust-like text: the type, then the named types it uses.
-fn schema_text(info: &Info) -> String {
+fn schema_text(info: &RecordInfo) -> String {
     let mut s = info.schema.to_pseudocode();
     let mut used: Vec<_> = info
         .schema
@@ -312,13 +356,13 @@ async fn set(cli: &Cli, c: &mut Client, record: &str, text: &str) -> Result<(), 
             schema_text(&i).replace('\n', "; ")
         ))
     })?;
-    match c
+    let reply = c
         .call(Op::Set {
             record,
             value: &bytes,
         })
-        .await?
-    {
+        .await?;
+    match reply.body()? {
         Body::Written => {}
         b => return Err(unexpected(&b)),
     }
@@ -357,17 +401,16 @@ async fn stats(cli: &Cli, c: &mut Client) -> Result<(), Fail> {
             .collect();
         let connectors: Vec<Value> = conns
             .iter()
-            .map(|k| {
-                let n = &k.counters;
+            .map(|(name, n, link)| {
                 json!({
-                    "name": k.name,
+                    "name": name,
                     "sent": n.sent,
                     "received": n.received,
                     "rejected": n.rejected,
                     "dropped": n.dropped,
                     "lagged": n.lagged,
                     "reconnects": n.reconnects,
-                    "link": k.link.map(|l| json!({
+                    "link": link.map(|l| json!({
                         "status": status_name(l.status),
                         "seq": l.seq,
                         "cause": l.cause.map(|c| c.as_str()),
@@ -398,11 +441,10 @@ async fn stats(cli: &Cli, c: &mut Client) -> Result<(), Fail> {
     );
     let rows: Vec<Vec<String>> = conns
         .iter()
-        .map(|k| {
-            let n = &k.counters;
+        .map(|(name, n, link)| {
             vec![
-                k.name.clone(),
-                k.link.as_ref().map_or("-".into(), link_text),
+                name.clone(),
+                link.as_ref().map_or("-".into(), link_text),
                 n.sent.to_string(),
                 n.received.to_string(),
                 n.rejected.to_string(),
@@ -486,7 +528,7 @@ async fn nodes(cli: &Cli, timeout: Duration) -> Result<(), Fail> {
     {
         let (prefix, presence) = if let Some(p) = topic.strip_suffix("/presence") {
             (p, true)
-        } else if let Some(p) = topic.strip_suffix("/aimdb/manifest") {
+        } else if let Some(p) = proto::prefix_of(&topic, proto::MANIFEST) {
             (p, false)
         } else {
             continue;
@@ -529,13 +571,13 @@ async fn nodes(cli: &Cli, timeout: Duration) -> Result<(), Fail> {
         .expect("encode");
         if conn
             .out
-            .send((format!("{prefix}/aimdb/req"), req))
+            .send((proto::topic(prefix, proto::REQUEST), req))
             .await
             .is_err()
         {
             return Err(Fail::Unreachable("connection closed".into()));
         }
-        asked.insert(format!("{prefix}/aimdb/rsp"), id);
+        asked.insert(proto::topic(prefix, proto::RESPONSE), id);
     }
     for p in seen.values_mut() {
         p.answers = Some(false);
@@ -550,9 +592,9 @@ async fn nodes(cli: &Cli, timeout: Duration) -> Result<(), Fail> {
         let Some(&id) = asked.get(&topic) else {
             continue;
         };
-        let ok = postcard::from_bytes::<aimdb_core::remote::proto::Response<Body>>(&payload)
+        let ok = postcard::from_bytes::<proto::Response<Body<'_, Host>>>(&payload)
             .is_ok_and(|r| r.id == id);
-        let prefix = topic.trim_end_matches("/aimdb/rsp");
+        let prefix = proto::prefix_of(&topic, proto::RESPONSE).unwrap_or(&topic);
         if let Some(p) = seen.get_mut(prefix) {
             if ok && p.answers != Some(true) {
                 p.answers = Some(true);

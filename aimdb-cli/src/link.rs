@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use aimdb_connectors::framed::frame::{self, Decoder, Event};
-use aimdb_core::remote::proto::{Body, Response};
+use aimdb_core::remote::proto::{Body, Host, Response};
 use aimdb_core::remote::{Op, Request, RequestError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -14,10 +14,6 @@ use crate::Fail;
 
 /// One message: topic and payload.
 pub type Msg = (String, Vec<u8>);
-
-/// Request and response topics on a framed link.
-pub const FRAMED_REQ: &str = "aimdb/req";
-pub const FRAMED_RSP: &str = "aimdb/rsp";
 
 /// How often a framed link sends a keep-alive (the firmware drops a link
 /// silent for 3 s; its own interval is 1 s).
@@ -268,11 +264,29 @@ pub async fn mqtt(args: &MqttArgs<'_>, topics: &[String], timeout: Duration) -> 
     })
 }
 
-/// One answer from the node: the id it carries and the node's result.
+/// One answer from the node: the id it carries, and its bytes (the body
+/// borrows from them: [`Self::body`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reply {
     pub id: u32,
-    pub result: Result<Body, RequestError>,
+    bytes: Vec<u8>,
+}
+
+impl Reply {
+    /// An answer's bytes, if they decode.
+    fn new(bytes: Vec<u8>) -> Option<Self> {
+        let id = postcard::from_bytes::<Response<Body<'_, Host>>>(&bytes)
+            .ok()?
+            .id;
+        Some(Self { id, bytes })
+    }
+
+    /// The node's answer; its errors as [`Fail::Node`].
+    pub fn body(&self) -> Result<Body<'_, Host>, Fail> {
+        let r: Response<Body<'_, Host>> = postcard::from_bytes(&self.bytes)
+            .map_err(|e| Fail::Other(format!("answer does not decode: {e}")))?;
+        r.result.map_err(Fail::Node)
+    }
 }
 
 /// Requests and answers over a [`Conn`]: one at a time with [`Self::call`],
@@ -335,11 +349,8 @@ impl Client {
             if msg.0 != self.rsp {
                 continue;
             }
-            if let Ok(r) = postcard::from_bytes::<Response<Body>>(&msg.1) {
-                return Ok(Some(Reply {
-                    id: r.id,
-                    result: r.result,
-                }));
+            if let Some(r) = Reply::new(msg.1) {
+                return Ok(Some(r));
             }
         }
     }
@@ -350,35 +361,36 @@ impl Client {
         &mut self,
         id: u32,
         deadline: tokio::time::Instant,
-    ) -> Result<Option<Result<Body, RequestError>>, Fail> {
+    ) -> Result<Option<Reply>, Fail> {
         while let Some(r) = self.recv(deadline).await? {
             if r.id == id {
-                return Ok(Some(r.result));
+                return Ok(Some(r));
             }
         }
         Ok(None)
     }
 
     /// Sends `op` and waits for the answer with its id (others are
-    /// ignored); asks once more if the node was busy.
-    pub async fn call(&mut self, op: Op<'_>) -> Result<Body, Fail> {
+    /// ignored); asks once more if the node was busy. An answer that is
+    /// not an error.
+    pub async fn call(&mut self, op: Op<'_>) -> Result<Reply, Fail> {
         let mut retried = false;
         loop {
             let id = self.send(op.clone()).await?;
             let deadline = tokio::time::Instant::now() + self.timeout;
-            let Some(result) = self.recv_id(id, deadline).await? else {
+            let Some(reply) = self.recv_id(id, deadline).await? else {
                 return Err(Fail::Timeout(format!(
                     "no answer within {:?}",
                     self.timeout
                 )));
             };
-            match result {
-                Err(RequestError::Busy) if !retried => {
+            match reply.body() {
+                Err(Fail::Node(RequestError::Busy)) if !retried => {
                     retried = true;
                     tokio::time::sleep(BUSY_PAUSE).await;
                 }
-                Err(e) => return Err(Fail::Node(e)),
-                Ok(body) => return Ok(body),
+                Err(e) => return Err(e),
+                Ok(_) => return Ok(reply),
             }
         }
     }

@@ -2,10 +2,11 @@
 //! (`Op::Watch`), sampled once a second.
 //!
 //! Each record gets one watch with [`CREDIT`] updates, renewed (a new
-//! `Watch` request, which the node answers with the current value and
-//! takes the new id and credit from) when fewer than [`RENEW_BELOW`]
-//! remain or [`REFRESH`] has passed, and started again if its stream ends
-//! unasked. A record the node will not watch (`NotWatchable`, `Busy`, or
+//! `Watch` request, which the node answers `Renewed` and takes the new id
+//! and credit from) when fewer than [`RENEW_BELOW`] remain or [`REFRESH`]
+//! has passed, and started again if its stream ends unasked. A watch the
+//! node runs already for another client is renewed too: its current
+//! value is then read with one `get`. A record the node will not watch (`NotWatchable`, `Busy`, or
 //! `Malformed` from a node that predates watches) is polled with `get`
 //! once a second instead. On exit every watch is stopped with `Unwatch`.
 //!
@@ -16,13 +17,13 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use aimdb_core::remote::proto::{Body, Info};
+use aimdb_core::remote::proto::Body;
 use aimdb_core::remote::{Op, RequestError};
 use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::cmd::{clip, decode, info, kind_name, list_all, print_json, unexpected};
+use crate::cmd::{clip, decode, info, kind_name, list_all, print_json, unexpected, RecordInfo};
 use crate::link::{Client, Reply, BUSY_PAUSE};
 use crate::{table, Cli, Fail};
 
@@ -70,8 +71,8 @@ impl Tally {
                 self.delta += writes - w;
                 self.seen += 1;
             }
-            // The same writes again (a renewal's answer, or a poll with
-            // nothing new): nothing new seen.
+            // The same writes again (a poll with nothing new): nothing new
+            // seen.
             Some(w) if writes == w => {}
             // Fewer: the node restarted and counts from 0 again. Its
             // counter is followed from here; delta and seen stay.
@@ -90,7 +91,7 @@ impl Tally {
 
 /// One watched record.
 struct Rec {
-    info: Info,
+    info: RecordInfo,
     mode: Mode,
     /// The id the node's updates carry (`None`: no watch running).
     id: Option<u32>,
@@ -141,10 +142,10 @@ impl Watcher<'_> {
             // An earlier watch's id (renewed since), or not ours.
             return;
         };
-        match r.result {
+        match r.body() {
             Ok(Body::Value { writes, value }) => {
                 rec.credit = rec.credit.saturating_sub(1);
-                rec.tally.take(writes, value);
+                rec.tally.take(writes, value.map(<[u8]>::to_vec));
             }
             Ok(Body::Ended) => {
                 rec.id = None;
@@ -158,29 +159,24 @@ impl Watcher<'_> {
     /// Sends `op` and waits for its answer until `deadline`, taking the
     /// updates that arrive meanwhile; asks once more if the node was busy.
     /// `None` if no answer came in time.
-    async fn request(
-        &mut self,
-        op: Op<'_>,
-        deadline: Instant,
-    ) -> Result<Option<(u32, Result<Body, RequestError>)>, Fail> {
+    async fn request(&mut self, op: Op<'_>, deadline: Instant) -> Result<Option<Reply>, Fail> {
         let mut retried = false;
         loop {
             let id = self.c.send(op.clone()).await?;
-            let result = loop {
+            let reply = loop {
                 match self.c.recv(deadline).await? {
                     None => return Ok(None),
-                    Some(r) if r.id == id => break r.result,
+                    Some(r) if r.id == id => break r,
                     Some(r) => self.handle(r),
                 }
             };
-            match result {
-                Err(RequestError::Busy) if !retried => {
-                    retried = true;
-                    self.pause(BUSY_PAUSE.min(deadline.saturating_duration_since(Instant::now())))
-                        .await?;
-                }
-                r => return Ok(Some((id, r))),
+            if !retried && matches!(reply.body(), Err(Fail::Node(RequestError::Busy))) {
+                retried = true;
+                self.pause(BUSY_PAUSE.min(deadline.saturating_duration_since(Instant::now())))
+                    .await?;
+                continue;
             }
+            return Ok(Some(reply));
         }
     }
 
@@ -207,29 +203,37 @@ impl Watcher<'_> {
             record: &name,
             credit: CREDIT,
         };
-        let Some((id, result)) = self.request(op, deadline).await? else {
+        let Some(reply) = self.request(op, deadline).await? else {
             return Err(self.no_answer());
         };
         let rec = &mut self.recs[i];
-        match result {
+        let body = reply.body();
+        if let Ok(Body::Value { .. } | Body::Renewed) = body {
+            rec.id = Some(reply.id);
+            rec.credit = CREDIT;
+            rec.granted = Instant::now();
+            rec.restart = false;
+            rec.hold = None;
+        }
+        match body {
             Ok(Body::Value { writes, value }) => {
-                rec.id = Some(id);
-                rec.credit = CREDIT;
-                rec.granted = Instant::now();
-                rec.restart = false;
-                rec.hold = None;
-                rec.tally.take(writes, value);
+                rec.tally.take(writes, value.map(<[u8]>::to_vec));
                 Ok(())
             }
+            // The watch ran already: it runs on with the new id and
+            // credit. Its values came here, unless it was another
+            // client's: then the current value is read once.
+            Ok(Body::Renewed) if rec.tally.writes.is_some() => Ok(()),
+            Ok(Body::Renewed) => self.poll(i).await,
             // A renewal of a running watch: it runs on; ask again later.
-            Err(RequestError::Busy) if rec.id.is_some() => {
+            Err(Fail::Node(RequestError::Busy)) if rec.id.is_some() => {
                 rec.hold = Some(Instant::now() + RENEW_PAUSE);
                 Ok(())
             }
             // Malformed: a node older than watches cannot decode the op.
-            Err(
+            Err(Fail::Node(
                 e @ (RequestError::Busy | RequestError::NotWatchable | RequestError::Malformed),
-            ) => {
+            )) => {
                 rec.mode = Mode::Poll;
                 rec.id = None;
                 rec.asked = false;
@@ -241,7 +245,7 @@ impl Watcher<'_> {
                 eprintln!("aimdb: watch {name}: {why}; polling it once a second instead");
                 Ok(())
             }
-            Err(e) => Err(Fail::Node(e)),
+            Err(e) => Err(e),
             Ok(b) => Err(unexpected(&b)),
         }
     }
@@ -250,16 +254,15 @@ impl Watcher<'_> {
     async fn poll(&mut self, i: usize) -> Result<(), Fail> {
         let name = self.recs[i].info.name.clone();
         let deadline = Instant::now() + self.timeout;
-        let Some((_, result)) = self.request(Op::Get { record: &name }, deadline).await? else {
+        let Some(reply) = self.request(Op::Get { record: &name }, deadline).await? else {
             return Err(self.no_answer());
         };
-        match result {
-            Ok(Body::Value { writes, value }) => {
-                self.recs[i].tally.take(writes, value);
+        match reply.body()? {
+            Body::Value { writes, value } => {
+                self.recs[i].tally.take(writes, value.map(<[u8]>::to_vec));
                 Ok(())
             }
-            Err(e) => Err(Fail::Node(e)),
-            Ok(b) => Err(unexpected(&b)),
+            b => Err(unexpected(&b)),
         }
     }
 
@@ -285,13 +288,13 @@ impl Watcher<'_> {
                 continue;
             }
             let name = self.recs[i].info.name.clone();
-            match self
+            let reply = self
                 .request(Op::Unwatch { record: &name }, deadline)
-                .await?
-            {
-                Some((_, Ok(Body::Ended))) => self.recs[i].id = None,
-                Some((_, Err(e))) => eprintln!("aimdb: watch: unwatch {name}: {e}"),
-                Some((_, Ok(b))) => eprintln!("aimdb: watch: unwatch {name}: {}", unexpected(&b)),
+                .await?;
+            match reply.as_ref().map(Reply::body) {
+                Some(Ok(Body::Ended)) => self.recs[i].id = None,
+                Some(Err(e)) => eprintln!("aimdb: watch: unwatch {name}: {e}"),
+                Some(Ok(b)) => eprintln!("aimdb: watch: unwatch {name}: {}", unexpected(&b)),
                 None => {
                     eprintln!(
                         "aimdb: watch: unwatch {name}: no answer within {:?}",
@@ -433,7 +436,7 @@ pub async fn watch(
     });
 
     let names: Vec<String> = if records.is_empty() {
-        list_all(c).await?.into_iter().map(|e| e.name).collect()
+        list_all(c).await?
     } else {
         records.to_vec()
     };
@@ -485,7 +488,7 @@ mod tests {
         // Every write seen: no lag added.
         t.take(21, Some(vec![4]));
         assert_eq!(t.lag(), 8);
-        // A renewal's answer repeats the newest value: nothing new.
+        // The newest value again (a poll with nothing new): nothing new.
         t.take(21, Some(vec![4]));
         assert_eq!((t.delta, t.seen), (11, 3));
         assert_eq!(t.value, Some(vec![4]));
