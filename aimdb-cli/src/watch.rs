@@ -19,12 +19,14 @@ use std::time::Duration;
 
 use aimdb_core::remote::proto::Body;
 use aimdb_core::remote::{Op, RequestError};
-use serde_json::json;
+use serde::{Serialize, Serializer};
+use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::cmd::{clip, decode, info, kind_name, list_all, print_json, unexpected, RecordInfo};
-use crate::link::{Client, Reply, BUSY_PAUSE};
+use crate::query::{info, list_all, unexpected, RecordInfo};
+use crate::transport::{Client, Reply, BUSY_PAUSE};
+use crate::view::{clip, kind_name, one_decimal, one_decimal_opt, render, View};
 use crate::{table, Cli, Fail};
 
 /// Updates granted per watch request.
@@ -310,8 +312,7 @@ impl Watcher<'_> {
     /// One sample: the table or a JSON line.
     fn sample(&mut self, cli: &Cli, tty: bool, t: f64) -> Result<(), Fail> {
         let now = Instant::now();
-        let mut rows = Vec::with_capacity(self.recs.len());
-        let mut records = serde_json::Map::new();
+        let mut records = Vec::with_capacity(self.recs.len());
         for r in &mut self.recs {
             let tally = &r.tally;
             let rate = r.prev.map(|(d, at)| {
@@ -323,49 +324,27 @@ impl Watcher<'_> {
                 }
             });
             r.prev = Some((tally.delta, now));
-            let v = match &tally.value {
-                Some(b) => Some(decode(&r.info, b)?),
-                None => None,
-            };
-            if cli.json {
-                records.insert(
-                    r.info.name.clone(),
-                    json!({
-                        "kind": kind_name(r.info.kind),
-                        "writes": tally.writes,
-                        "rate": rate.map(|r| (r * 10.0).round() / 10.0),
-                        "lag": tally.lag(),
-                        "value": v,
-                    }),
-                );
-            } else {
-                rows.push(vec![
-                    r.info.name.clone(),
-                    kind_name(r.info.kind),
-                    tally.writes.map_or("-".into(), |w| w.to_string()),
-                    rate.map_or("-".into(), |r| format!("{r:.1}")),
-                    tally.lag().to_string(),
-                    v.map_or("-".into(), |v| clip(v.to_string(), 60)),
-                ]);
-            }
+            records.push(Row {
+                name: r.info.name.clone(),
+                kind: kind_name(r.info.kind),
+                writes: tally.writes,
+                rate,
+                lag: tally.lag(),
+                value: tally
+                    .value
+                    .as_deref()
+                    .map(|b| r.info.decode(b))
+                    .transpose()?,
+            });
         }
-        if cli.json {
-            print_json(&json!({ "t": (t * 10.0).round() / 10.0, "records": records }));
-        } else {
-            if tty {
-                // Home and clear, then the fresh table.
-                print!("\x1b[H\x1b[2J");
-            }
-            print!(
-                "{}",
-                table::render(
-                    &["RECORD", "KIND", "WRITES", "WRITES/S", "LAG", "VALUE"],
-                    &rows
-                )
-            );
-            if !tty {
-                println!();
-            }
+        let text = render(&Sample { t, records }, cli.json)?;
+        if !cli.json && tty {
+            // Home and clear, then the fresh table.
+            print!("\x1b[H\x1b[2J");
+        }
+        print!("{text}");
+        if !cli.json && !tty {
+            println!();
         }
         use std::io::Write;
         let _ = std::io::stdout().flush();
@@ -414,6 +393,60 @@ impl Watcher<'_> {
                 }
             }
         }
+    }
+}
+
+/// One sample of every watched record.
+#[derive(Serialize)]
+struct Sample {
+    /// Seconds since the start.
+    #[serde(serialize_with = "one_decimal")]
+    t: f64,
+    /// By name in JSON; in watch order in the table.
+    #[serde(serialize_with = "by_name")]
+    records: Vec<Row>,
+}
+
+/// One record in a [`Sample`].
+#[derive(Serialize)]
+struct Row {
+    #[serde(skip)]
+    name: String,
+    kind: String,
+    writes: Option<u64>,
+    /// Writes per second since the previous sample.
+    #[serde(serialize_with = "one_decimal_opt")]
+    rate: Option<f64>,
+    lag: u64,
+    value: Option<Value>,
+}
+
+fn by_name<S: Serializer>(rows: &[Row], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(rows.iter().map(|r| (&r.name, r)))
+}
+
+impl View for Sample {
+    fn text(&self) -> String {
+        let rows: Vec<Vec<String>> = self
+            .records
+            .iter()
+            .map(|r| {
+                vec![
+                    r.name.clone(),
+                    r.kind.clone(),
+                    r.writes.map_or("-".into(), |w| w.to_string()),
+                    r.rate.map_or("-".into(), |r| format!("{r:.1}")),
+                    r.lag.to_string(),
+                    r.value
+                        .as_ref()
+                        .map_or("-".into(), |v| clip(v.to_string(), 60)),
+                ]
+            })
+            .collect();
+        table::render(
+            &["RECORD", "KIND", "WRITES", "WRITES/S", "LAG", "VALUE"],
+            &rows,
+        )
     }
 }
 
