@@ -53,7 +53,7 @@
 //!   decode, or has bytes left over behind it, is not run; it is
 //!   answered [`RequestError::Malformed`] and counted (`malformed`).
 //! - A `get` (or a watch's value) needs an answer buffer of the value's
-//!   size plus at most 28 bytes of header (fewer for small ids and write
+//!   size plus at most 23 bytes of header (fewer for small ids and write
 //!   counts); a value that does not fit is answered
 //!   [`RequestError::TooLarge`].
 //! - Writes go only to records described [`writable`](Description::writable);
@@ -493,8 +493,9 @@ struct Slot<const N: usize> {
     /// Running watches. Only the answer side (the connector's outbound
     /// task) changes them.
     watches: [Option<Watch>; WATCHES],
-    /// Watches whose end is to be told (their ids).
-    ended: [Option<u32>; WATCHES],
+    /// The id of a watch whose end is to be told (one at most: see
+    /// `Responder::tell_end`).
+    ended: Option<u32>,
     /// Where the next look for a changed watch starts (fairness).
     next: u8,
 }
@@ -555,7 +556,7 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
                 busy: None,
                 waker: None,
                 watches: [None; WATCHES],
-                ended: [None; WATCHES],
+                ended: None,
                 next: 0,
             })),
             counters: Counters {
@@ -626,7 +627,7 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
             for (g, w) in gone.iter_mut().zip(s.watches.iter_mut()) {
                 *g = w.take();
             }
-            s.ended = [None; WATCHES];
+            s.ended = None;
         });
         for w in gone.into_iter().flatten() {
             self.table[usize::from(w.index)].access.unwatch(w.slot);
@@ -634,14 +635,10 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
     }
 
     /// Queues the end notice of the watch with `id`. [`Requests`] sends
-    /// queued notices before it runs anything that queues one, so at
-    /// most one waits and the queue is never full.
+    /// a queued notice before it runs anything that queues one, and
+    /// nothing queues two, so the one place is always free.
     fn tell_end(&self, id: u32) {
-        self.slot.lock(|s| {
-            if let Some(e) = s.borrow_mut().ended.iter_mut().find(|e| e.is_none()) {
-                *e = Some(id);
-            }
-        });
+        self.slot.lock(|s| s.borrow_mut().ended = Some(id));
     }
 
     /// Runs one request's bytes as the answer side does when it takes
@@ -768,7 +765,8 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
     }
 
     /// Watch `w` (at `k`) saw writes: it takes one credit (its last ends
-    /// it), and its newest value is due.
+    /// it), its newest value is due, and the next look for a changed
+    /// watch starts after it.
     fn update(&self, k: usize, w: Watch) -> Job {
         bump(&self.counters.updates);
         let d = &self.table[usize::from(w.index)];
@@ -776,6 +774,7 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
         let last = w.credit <= 1;
         self.slot.lock(|s| {
             let mut s = s.borrow_mut();
+            s.next = ((k + 1) % WATCHES) as u8;
             if last {
                 s.watches[k] = None;
             } else if let Some(x) = s.watches[k].as_mut() {
@@ -876,32 +875,69 @@ fn respond(
 }
 
 /// The most bytes a `Value` response's header takes: id (5), result,
-/// body and option tags (3), writes (10) and length (10) as varints.
-const VALUE_HEADER_MAX: usize = 5 + 3 + 10 + 10;
+/// body and option tags (3), writes (10) and length (5: answer buffers
+/// under 32 GiB) as varints.
+const VALUE_HEADER_MAX: usize = 5 + 3 + 10 + 5;
 
 /// A `get`: the value is encoded straight into `buf` behind room for the
-/// header (as large as this id, write count and buffer need), then the
-/// header is written in front of it (no second buffer).
+/// header, then the header is written in front of it (no second buffer).
+/// The room is [`VALUE_HEADER_MAX`]; a value that does not fit behind it
+/// is tried once more behind the room this id, write count and buffer
+/// need at most ([`get_tight`]), so small buffers carry small values.
 fn get(buf: &mut [u8], id: u32, d: &Description) -> Result<usize, EncodeError> {
     let writes = d.access.writes();
+    get_behind(buf, id, d, writes, VALUE_HEADER_MAX)
+        .unwrap_or_else(|| get_tight(buf, id, d, writes))
+}
+
+/// A `get` whose value did not fit behind [`VALUE_HEADER_MAX`] bytes:
+/// tried behind the exact room, else `TooLarge`.
+#[cold]
+#[inline(never)]
+fn get_tight(buf: &mut [u8], id: u32, d: &Description, writes: u64) -> Result<usize, EncodeError> {
     let room = proto::ValueHeader::room(id, writes, buf.len());
-    let Some(tail) = buf.get_mut(room..) else {
-        return respond(buf, id, Err(RequestError::TooLarge));
+    let answer = if room < VALUE_HEADER_MAX {
+        get_behind(buf, id, d, writes, room)
+    } else {
+        None
     };
-    let n = match d.access.get(tail) {
-        Ok(Some(n)) => n,
-        Ok(None) => {
-            return respond(
-                buf,
-                id,
-                Ok(Body::Value {
-                    writes,
-                    value: None,
-                }),
-            )
-        }
-        Err(_) => return respond(buf, id, Err(RequestError::TooLarge)),
-    };
+    answer.unwrap_or_else(|| respond(buf, id, Err(RequestError::TooLarge)))
+}
+
+/// The answer to a `get` with the value encoded behind `room` bytes;
+/// `None` if the value does not fit there.
+#[inline(always)]
+fn get_behind(
+    buf: &mut [u8],
+    id: u32,
+    d: &Description,
+    writes: u64,
+    room: usize,
+) -> Option<Result<usize, EncodeError>> {
+    match d.access.get(buf.get_mut(room..)?) {
+        Ok(Some(n)) => Some(value_header(buf, id, writes, room, n)),
+        Ok(None) => Some(respond(
+            buf,
+            id,
+            Ok(Body::Value {
+                writes,
+                value: None,
+            }),
+        )),
+        Err(_) => None,
+    }
+}
+
+/// Writes the header of a `Value` answer whose `n`-byte value sits at
+/// `room` in front of it: the answer's length.
+#[inline(always)]
+fn value_header(
+    buf: &mut [u8],
+    id: u32,
+    writes: u64,
+    room: usize,
+    n: usize,
+) -> Result<usize, EncodeError> {
     let mut header = [0u8; VALUE_HEADER_MAX];
     let h =
         crate::codec::Postcard.encode(&proto::ValueHeader { id, writes, len: n }, &mut header)?;
@@ -979,7 +1015,7 @@ impl<M: RawMutex, const N: usize> Source for Requests<'_, M, N> {
                 return (Due::Job(Job::new(id, busy)), none, 0);
             }
             // End notices before anything that queues one (see `tell_end`).
-            if let Some(id) = s.ended.iter_mut().find_map(Option::take) {
+            if let Some(id) = s.ended.take() {
                 return (Due::Job(Job::new(id, Answer::Ended)), none, 0);
             }
             if s.pending {
@@ -1004,8 +1040,6 @@ impl<M: RawMutex, const N: usize> Source for Requests<'_, M, N> {
                 let w = watches[k]?;
                 let d = &r.table[usize::from(w.index)];
                 d.access.poll_changed(w.slot, w.seen, cx.waker())?;
-                r.slot
-                    .lock(|s| s.borrow_mut().next = ((k + 1) % WATCHES) as u8);
                 Some(r.update(k, w))
             }),
         };

@@ -456,6 +456,22 @@ fn a_small_answer_buffer_still_carries_a_small_value() {
     // less than the largest header.
     tables!(RESPONDER, READY, 12, dispatch, routes);
 
+    // No value yet: said so.
+    let r = ask(
+        &mut dispatch,
+        &mut routes,
+        &request(3, Op::Get { record: "cmd" }),
+    );
+    assert_eq!(
+        (r.id, r.result),
+        (
+            3,
+            Ok(Body::Value {
+                writes: 0,
+                value: None
+            })
+        )
+    );
     LED.write(true);
     let r = ask(
         &mut dispatch,
