@@ -134,10 +134,10 @@ struct LsView(Vec<RecordView>);
 
 impl View for LsView {
     fn text(&self) -> String {
-        let rows: Vec<Vec<String>> = self
-            .0
-            .iter()
-            .map(|r| {
+        table::of(
+            &["RECORD", "KIND", "CAP", "WRITABLE", "TYPE", "TOPICS"],
+            &self.0,
+            |r| {
                 vec![
                     r.name.clone(),
                     r.kind.clone(),
@@ -146,11 +146,7 @@ impl View for LsView {
                     r.type_name.clone(),
                     r.topics.join(","),
                 ]
-            })
-            .collect();
-        table::render(
-            &["RECORD", "KIND", "CAP", "WRITABLE", "TYPE", "TOPICS"],
-            &rows,
+            },
         )
     }
 }
@@ -361,18 +357,13 @@ struct StatsView {
 
 impl View for StatsView {
     fn text(&self) -> String {
-        let rows: Vec<Vec<String>> = self
-            .records
-            .iter()
-            .map(|r| {
-                vec![
-                    r.record.clone(),
-                    r.writes.to_string(),
-                    r.replaced.to_string(),
-                ]
-            })
-            .collect();
-        let mut t = table::render(&["RECORD", "WRITES", "REPLACED"], &rows);
+        let mut t = table::of(&["RECORD", "WRITES", "REPLACED"], &self.records, |r| {
+            vec![
+                r.record.clone(),
+                r.writes.to_string(),
+                r.replaced.to_string(),
+            ]
+        });
         let own = &self.responder;
         let _ = writeln!(
             t,
@@ -382,24 +373,8 @@ impl View for StatsView {
         if self.connectors.is_empty() {
             return t;
         }
-        let rows: Vec<Vec<String>> = self
-            .connectors
-            .iter()
-            .map(|k| {
-                vec![
-                    k.name.clone(),
-                    k.link.as_ref().map_or("-".into(), LinkView::text),
-                    k.sent.to_string(),
-                    k.received.to_string(),
-                    k.rejected.to_string(),
-                    k.dropped.to_string(),
-                    k.lagged.to_string(),
-                    k.reconnects.to_string(),
-                ]
-            })
-            .collect();
         t.push('\n');
-        t.push_str(&table::render(
+        t.push_str(&table::of(
             &[
                 "CONNECTOR",
                 "LINK",
@@ -410,7 +385,19 @@ impl View for StatsView {
                 "LAGGED",
                 "RECONNECTS",
             ],
-            &rows,
+            &self.connectors,
+            |k| {
+                vec![
+                    k.name.clone(),
+                    k.link.as_ref().map_or("-".into(), LinkView::text),
+                    k.sent.to_string(),
+                    k.received.to_string(),
+                    k.rejected.to_string(),
+                    k.dropped.to_string(),
+                    k.lagged.to_string(),
+                    k.reconnects.to_string(),
+                ]
+            },
         ));
         t
     }
@@ -501,10 +488,10 @@ struct NodesView(Vec<NodeView>);
 
 impl View for NodesView {
     fn text(&self) -> String {
-        let rows: Vec<Vec<String>> = self
-            .0
-            .iter()
-            .map(|n| {
+        table::of(
+            &["NODE", "ROLE", "STATUS", "SEQ", "ANSWERS", "RECORDS"],
+            &self.0,
+            |n| {
                 vec![
                     n.node.clone(),
                     n.role.into(),
@@ -513,11 +500,7 @@ impl View for NodesView {
                     n.answers.map_or("-", yes_no).into(),
                     n.records().map_or("-".into(), |r| clip(r, 48)),
                 ]
-            })
-            .collect();
-        table::render(
-            &["NODE", "ROLE", "STATUS", "SEQ", "ANSWERS", "RECORDS"],
-            &rows,
+            },
         )
     }
 }

@@ -427,10 +427,10 @@ fn by_name<S: Serializer>(rows: &[Row], s: S) -> Result<S::Ok, S::Error> {
 
 impl View for Sample {
     fn text(&self) -> String {
-        let rows: Vec<Vec<String>> = self
-            .records
-            .iter()
-            .map(|r| {
+        table::of(
+            &["RECORD", "KIND", "WRITES", "WRITES/S", "LAG", "VALUE"],
+            &self.records,
+            |r| {
                 vec![
                     r.name.clone(),
                     r.kind.clone(),
@@ -441,11 +441,7 @@ impl View for Sample {
                         .as_ref()
                         .map_or("-".into(), |v| clip(v.to_string(), 60)),
                 ]
-            })
-            .collect();
-        table::render(
-            &["RECORD", "KIND", "WRITES", "WRITES/S", "LAG", "VALUE"],
-            &rows,
+            },
         )
     }
 }
