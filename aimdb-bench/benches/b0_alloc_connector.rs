@@ -25,7 +25,7 @@ use aimdb_core::inbound::{Dispatch, KeyedLink};
 use aimdb_core::outbound;
 use aimdb_core::outbound::{Routes, TopicWriter, Written};
 use aimdb_core::record::{Keyed, KeyedVec, Latest, Record, Ring};
-use aimdb_core::remote::{Description, Op, Request, Responder};
+use aimdb_core::remote::{proto, Description, Op, Request, Responder};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::NoopRawMutex;
 use serde_json::json;
@@ -381,19 +381,19 @@ async fn remote_rows(out: &mut Vec<Measured>) {
     // The node.
     let link = leak(outbound::Link::new(
         responder.requests(),
-        "aimdb/rsp",
+        proto::RESPONSE,
         responder.answers(),
     ));
     let mut b = Routes::<_, 1, 1>::builder(&*leak(Readiness::<1>::new()), leak([0u8; 256]));
     b.link(link);
     let mut node_routes = b.build().expect("config");
     let mut b = Dispatch::<'static, 4, 4>::builder();
-    b.link("aimdb/req", responder);
+    b.link(proto::REQUEST, responder);
     let mut node_dispatch = b.build().expect("config");
     // The client.
     let link = leak(outbound::Link::new(
         requests.subscribe().expect("reader"),
-        "aimdb/req",
+        proto::REQUEST,
         codec::Raw,
     ));
     let mut b = Routes::<_, 1, 1>::builder(&*leak(Readiness::<1>::new()), leak([0u8; 256]));
@@ -401,7 +401,7 @@ async fn remote_rows(out: &mut Vec<Measured>) {
     let mut client_routes = b.build().expect("config");
     let mut b = Dispatch::<'static, 4, 4>::builder();
     b.link(
-        "aimdb/rsp",
+        proto::RESPONSE,
         leak(inbound::Link::new(answers, codec::Raw).with_max_payload(128)),
     );
     let mut client_dispatch = b.build().expect("config");

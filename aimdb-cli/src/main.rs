@@ -2,8 +2,10 @@
 //! node over MQTT or a framed link (TCP, serial). See README.md.
 
 mod cmd;
-mod link;
+mod query;
 mod table;
+mod transport;
+mod view;
 mod watch;
 
 use std::path::PathBuf;

@@ -1,5 +1,11 @@
 //! Plain text tables: a header row and left-aligned columns.
 
+/// A table of `items`, one row each.
+pub fn of<T>(header: &[&str], items: &[T], row: impl Fn(&T) -> Vec<String>) -> String {
+    let rows: Vec<Vec<String>> = items.iter().map(row).collect();
+    render(header, &rows)
+}
+
 pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut width: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {

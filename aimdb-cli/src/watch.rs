@@ -2,10 +2,11 @@
 //! (`Op::Watch`), sampled once a second.
 //!
 //! Each record gets one watch with [`CREDIT`] updates, renewed (a new
-//! `Watch` request, which the node answers with the current value and
-//! takes the new id and credit from) when fewer than [`RENEW_BELOW`]
-//! remain or [`REFRESH`] has passed, and started again if its stream ends
-//! unasked. A record the node will not watch (`NotWatchable`, `Busy`, or
+//! `Watch` request, which the node answers `Renewed` and takes the new id
+//! and credit from) when fewer than [`RENEW_BELOW`] remain or [`REFRESH`]
+//! has passed, and started again if its stream ends unasked. A watch the
+//! node runs already for another client is renewed too: its current
+//! value is then read with one `get`. A record the node will not watch (`NotWatchable`, `Busy`, or
 //! `Malformed` from a node that predates watches) is polled with `get`
 //! once a second instead. On exit every watch is stopped with `Unwatch`.
 //!
@@ -16,14 +17,16 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use aimdb_core::remote::proto::{Body, Info};
+use aimdb_core::remote::proto::Body;
 use aimdb_core::remote::{Op, RequestError};
-use serde_json::json;
+use serde::{Serialize, Serializer};
+use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::cmd::{clip, decode, info, kind_name, list_all, print_json, unexpected};
-use crate::link::{Client, Reply, BUSY_PAUSE};
+use crate::query::{info, list_all, unexpected, RecordInfo};
+use crate::transport::{Client, Reply, BUSY_PAUSE};
+use crate::view::{clip, kind_name, one_decimal, one_decimal_opt, render, View};
 use crate::{table, Cli, Fail};
 
 /// Updates granted per watch request.
@@ -70,8 +73,8 @@ impl Tally {
                 self.delta += writes - w;
                 self.seen += 1;
             }
-            // The same writes again (a renewal's answer, or a poll with
-            // nothing new): nothing new seen.
+            // The same writes again (a poll with nothing new): nothing new
+            // seen.
             Some(w) if writes == w => {}
             // Fewer: the node restarted and counts from 0 again. Its
             // counter is followed from here; delta and seen stay.
@@ -90,7 +93,7 @@ impl Tally {
 
 /// One watched record.
 struct Rec {
-    info: Info,
+    info: RecordInfo,
     mode: Mode,
     /// The id the node's updates carry (`None`: no watch running).
     id: Option<u32>,
@@ -141,10 +144,10 @@ impl Watcher<'_> {
             // An earlier watch's id (renewed since), or not ours.
             return;
         };
-        match r.result {
+        match r.body() {
             Ok(Body::Value { writes, value }) => {
                 rec.credit = rec.credit.saturating_sub(1);
-                rec.tally.take(writes, value);
+                rec.tally.take(writes, value.map(<[u8]>::to_vec));
             }
             Ok(Body::Ended) => {
                 rec.id = None;
@@ -158,29 +161,24 @@ impl Watcher<'_> {
     /// Sends `op` and waits for its answer until `deadline`, taking the
     /// updates that arrive meanwhile; asks once more if the node was busy.
     /// `None` if no answer came in time.
-    async fn request(
-        &mut self,
-        op: Op<'_>,
-        deadline: Instant,
-    ) -> Result<Option<(u32, Result<Body, RequestError>)>, Fail> {
+    async fn request(&mut self, op: Op<'_>, deadline: Instant) -> Result<Option<Reply>, Fail> {
         let mut retried = false;
         loop {
             let id = self.c.send(op.clone()).await?;
-            let result = loop {
+            let reply = loop {
                 match self.c.recv(deadline).await? {
                     None => return Ok(None),
-                    Some(r) if r.id == id => break r.result,
+                    Some(r) if r.id == id => break r,
                     Some(r) => self.handle(r),
                 }
             };
-            match result {
-                Err(RequestError::Busy) if !retried => {
-                    retried = true;
-                    self.pause(BUSY_PAUSE.min(deadline.saturating_duration_since(Instant::now())))
-                        .await?;
-                }
-                r => return Ok(Some((id, r))),
+            if !retried && matches!(reply.body(), Err(Fail::Node(RequestError::Busy))) {
+                retried = true;
+                self.pause(BUSY_PAUSE.min(deadline.saturating_duration_since(Instant::now())))
+                    .await?;
+                continue;
             }
+            return Ok(Some(reply));
         }
     }
 
@@ -207,29 +205,37 @@ impl Watcher<'_> {
             record: &name,
             credit: CREDIT,
         };
-        let Some((id, result)) = self.request(op, deadline).await? else {
+        let Some(reply) = self.request(op, deadline).await? else {
             return Err(self.no_answer());
         };
         let rec = &mut self.recs[i];
-        match result {
+        let body = reply.body();
+        if let Ok(Body::Value { .. } | Body::Renewed) = body {
+            rec.id = Some(reply.id);
+            rec.credit = CREDIT;
+            rec.granted = Instant::now();
+            rec.restart = false;
+            rec.hold = None;
+        }
+        match body {
             Ok(Body::Value { writes, value }) => {
-                rec.id = Some(id);
-                rec.credit = CREDIT;
-                rec.granted = Instant::now();
-                rec.restart = false;
-                rec.hold = None;
-                rec.tally.take(writes, value);
+                rec.tally.take(writes, value.map(<[u8]>::to_vec));
                 Ok(())
             }
+            // The watch ran already: it runs on with the new id and
+            // credit. Its values came here, unless it was another
+            // client's: then the current value is read once.
+            Ok(Body::Renewed) if rec.tally.writes.is_some() => Ok(()),
+            Ok(Body::Renewed) => self.poll(i).await,
             // A renewal of a running watch: it runs on; ask again later.
-            Err(RequestError::Busy) if rec.id.is_some() => {
+            Err(Fail::Node(RequestError::Busy)) if rec.id.is_some() => {
                 rec.hold = Some(Instant::now() + RENEW_PAUSE);
                 Ok(())
             }
             // Malformed: a node older than watches cannot decode the op.
-            Err(
+            Err(Fail::Node(
                 e @ (RequestError::Busy | RequestError::NotWatchable | RequestError::Malformed),
-            ) => {
+            )) => {
                 rec.mode = Mode::Poll;
                 rec.id = None;
                 rec.asked = false;
@@ -241,7 +247,7 @@ impl Watcher<'_> {
                 eprintln!("aimdb: watch {name}: {why}; polling it once a second instead");
                 Ok(())
             }
-            Err(e) => Err(Fail::Node(e)),
+            Err(e) => Err(e),
             Ok(b) => Err(unexpected(&b)),
         }
     }
@@ -250,16 +256,15 @@ impl Watcher<'_> {
     async fn poll(&mut self, i: usize) -> Result<(), Fail> {
         let name = self.recs[i].info.name.clone();
         let deadline = Instant::now() + self.timeout;
-        let Some((_, result)) = self.request(Op::Get { record: &name }, deadline).await? else {
+        let Some(reply) = self.request(Op::Get { record: &name }, deadline).await? else {
             return Err(self.no_answer());
         };
-        match result {
-            Ok(Body::Value { writes, value }) => {
-                self.recs[i].tally.take(writes, value);
+        match reply.body()? {
+            Body::Value { writes, value } => {
+                self.recs[i].tally.take(writes, value.map(<[u8]>::to_vec));
                 Ok(())
             }
-            Err(e) => Err(Fail::Node(e)),
-            Ok(b) => Err(unexpected(&b)),
+            b => Err(unexpected(&b)),
         }
     }
 
@@ -285,13 +290,13 @@ impl Watcher<'_> {
                 continue;
             }
             let name = self.recs[i].info.name.clone();
-            match self
+            let reply = self
                 .request(Op::Unwatch { record: &name }, deadline)
-                .await?
-            {
-                Some((_, Ok(Body::Ended))) => self.recs[i].id = None,
-                Some((_, Err(e))) => eprintln!("aimdb: watch: unwatch {name}: {e}"),
-                Some((_, Ok(b))) => eprintln!("aimdb: watch: unwatch {name}: {}", unexpected(&b)),
+                .await?;
+            match reply.as_ref().map(Reply::body) {
+                Some(Ok(Body::Ended)) => self.recs[i].id = None,
+                Some(Err(e)) => eprintln!("aimdb: watch: unwatch {name}: {e}"),
+                Some(Ok(b)) => eprintln!("aimdb: watch: unwatch {name}: {}", unexpected(&b)),
                 None => {
                     eprintln!(
                         "aimdb: watch: unwatch {name}: no answer within {:?}",
@@ -307,8 +312,7 @@ impl Watcher<'_> {
     /// One sample: the table or a JSON line.
     fn sample(&mut self, cli: &Cli, tty: bool, t: f64) -> Result<(), Fail> {
         let now = Instant::now();
-        let mut rows = Vec::with_capacity(self.recs.len());
-        let mut records = serde_json::Map::new();
+        let mut records = Vec::with_capacity(self.recs.len());
         for r in &mut self.recs {
             let tally = &r.tally;
             let rate = r.prev.map(|(d, at)| {
@@ -320,49 +324,27 @@ impl Watcher<'_> {
                 }
             });
             r.prev = Some((tally.delta, now));
-            let v = match &tally.value {
-                Some(b) => Some(decode(&r.info, b)?),
-                None => None,
-            };
-            if cli.json {
-                records.insert(
-                    r.info.name.clone(),
-                    json!({
-                        "kind": kind_name(r.info.kind),
-                        "writes": tally.writes,
-                        "rate": rate.map(|r| (r * 10.0).round() / 10.0),
-                        "lag": tally.lag(),
-                        "value": v,
-                    }),
-                );
-            } else {
-                rows.push(vec![
-                    r.info.name.clone(),
-                    kind_name(r.info.kind),
-                    tally.writes.map_or("-".into(), |w| w.to_string()),
-                    rate.map_or("-".into(), |r| format!("{r:.1}")),
-                    tally.lag().to_string(),
-                    v.map_or("-".into(), |v| clip(v.to_string(), 60)),
-                ]);
-            }
+            records.push(Row {
+                name: r.info.name.clone(),
+                kind: kind_name(r.info.kind),
+                writes: tally.writes,
+                rate,
+                lag: tally.lag(),
+                value: tally
+                    .value
+                    .as_deref()
+                    .map(|b| r.info.decode(b))
+                    .transpose()?,
+            });
         }
-        if cli.json {
-            print_json(&json!({ "t": (t * 10.0).round() / 10.0, "records": records }));
-        } else {
-            if tty {
-                // Home and clear, then the fresh table.
-                print!("\x1b[H\x1b[2J");
-            }
-            print!(
-                "{}",
-                table::render(
-                    &["RECORD", "KIND", "WRITES", "WRITES/S", "LAG", "VALUE"],
-                    &rows
-                )
-            );
-            if !tty {
-                println!();
-            }
+        let text = render(&Sample { t, records }, cli.json)?;
+        if !cli.json && tty {
+            // Home and clear, then the fresh table.
+            print!("\x1b[H\x1b[2J");
+        }
+        print!("{text}");
+        if !cli.json && !tty {
+            println!();
         }
         use std::io::Write;
         let _ = std::io::stdout().flush();
@@ -414,6 +396,56 @@ impl Watcher<'_> {
     }
 }
 
+/// One sample of every watched record.
+#[derive(Serialize)]
+struct Sample {
+    /// Seconds since the start.
+    #[serde(serialize_with = "one_decimal")]
+    t: f64,
+    /// By name in JSON; in watch order in the table.
+    #[serde(serialize_with = "by_name")]
+    records: Vec<Row>,
+}
+
+/// One record in a [`Sample`].
+#[derive(Serialize)]
+struct Row {
+    #[serde(skip)]
+    name: String,
+    kind: String,
+    writes: Option<u64>,
+    /// Writes per second since the previous sample.
+    #[serde(serialize_with = "one_decimal_opt")]
+    rate: Option<f64>,
+    lag: u64,
+    value: Option<Value>,
+}
+
+fn by_name<S: Serializer>(rows: &[Row], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(rows.iter().map(|r| (&r.name, r)))
+}
+
+impl View for Sample {
+    fn text(&self) -> String {
+        table::of(
+            &["RECORD", "KIND", "WRITES", "WRITES/S", "LAG", "VALUE"],
+            &self.records,
+            |r| {
+                vec![
+                    r.name.clone(),
+                    r.kind.clone(),
+                    r.writes.map_or("-".into(), |w| w.to_string()),
+                    r.rate.map_or("-".into(), |r| format!("{r:.1}")),
+                    r.lag.to_string(),
+                    r.value
+                        .as_ref()
+                        .map_or("-".into(), |v| clip(v.to_string(), 60)),
+                ]
+            },
+        )
+    }
+}
+
 /// `aimdb watch`.
 pub async fn watch(
     cli: &Cli,
@@ -433,7 +465,7 @@ pub async fn watch(
     });
 
     let names: Vec<String> = if records.is_empty() {
-        list_all(c).await?.into_iter().map(|e| e.name).collect()
+        list_all(c).await?
     } else {
         records.to_vec()
     };
@@ -485,7 +517,7 @@ mod tests {
         // Every write seen: no lag added.
         t.take(21, Some(vec![4]));
         assert_eq!(t.lag(), 8);
-        // A renewal's answer repeats the newest value: nothing new.
+        // The newest value again (a poll with nothing new): nothing new.
         t.take(21, Some(vec![4]));
         assert_eq!((t.delta, t.seen), (11, 3));
         assert_eq!(t.value, Some(vec![4]));

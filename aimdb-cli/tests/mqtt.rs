@@ -12,7 +12,7 @@ use std::path::Path;
 use aimdb_connectors::mqtt::{Config, Counters, Presence};
 use aimdb_core::inbound::Dispatch;
 use aimdb_core::outbound::{self, Routes};
-use aimdb_core::remote::ManifestJson;
+use aimdb_core::remote::{proto, ManifestJson};
 use common::{aimdb, expect_code, stdout, Node};
 use mosquitto::{alongside, connector, free_port, publish_retained, tcp, until, within, Broker};
 use serde_json::{json, Value};
@@ -63,8 +63,11 @@ async fn ls_nodes_stats_and_watch_over_mqtt() {
 
     let counters: &'static Counters = Box::leak(Box::new(Counters::new()));
     let node = Node::with_connector("mqtt", counters);
-    let (req, rsp) = (format!("{PREFIX}/aimdb/req"), format!("{PREFIX}/aimdb/rsp"));
-    let manifest = format!("{PREFIX}/aimdb/manifest");
+    let (req, rsp) = (
+        proto::topic(PREFIX, proto::REQUEST),
+        proto::topic(PREFIX, proto::RESPONSE),
+    );
+    let manifest = proto::topic(PREFIX, proto::MANIFEST);
     let presence = format!("{PREFIX}/presence");
     let mut b = Dispatch::<2, 8>::builder();
     b.link(&req, node.responder);
@@ -88,7 +91,7 @@ async fn ls_nodes_stats_and_watch_over_mqtt() {
     // A node known by its manifest alone (no presence).
     publish_retained(
         &broker,
-        "lonely/aimdb/manifest",
+        &proto::topic("lonely", proto::MANIFEST),
         br#"{"records":[{"name":"solo","kind":"latest"}]}"#,
     )
     .await;

@@ -21,7 +21,7 @@ use aimdb_core::outbound;
 use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Record, Ring};
 use aimdb_core::remote::{
-    schema_hash, Check, Checked, Description, Responder, Verdict, Verifier, VerifierStats,
+    proto, schema_hash, Check, Checked, Description, Responder, Verdict, Verifier, VerifierStats,
 };
 use aimdb_core::sync::Readiness;
 use common::{block_on, leak};
@@ -113,7 +113,7 @@ where
     )));
     let answers = Box::leak(Box::new(outbound::Link::new(
         responder.requests(),
-        "aimdb/rsp",
+        proto::RESPONSE,
         responder.answers(),
     )));
     let mut b =
@@ -121,7 +121,7 @@ where
     b.link(data).link(answers);
     let mut node_routes = b.build().expect("node outbound");
     let mut b = Dispatch::<'static, 4, 4>::builder();
-    b.link("aimdb/req", responder);
+    b.link(proto::REQUEST, responder);
     let mut node_dispatch = b.build().expect("node inbound");
 
     // The host: its record behind a checked link, and the verifier.
@@ -134,7 +134,7 @@ where
     let verifier: &'static Verifier<'static, Cs> = leak(Verifier::new(checks, 0x5c00_0000));
     let asks = Box::leak(Box::new(outbound::Link::new(
         verifier.asks(link_state.subscribe().expect("reader")),
-        "aimdb/req",
+        proto::REQUEST,
         Postcard,
     )));
     let mut b =
@@ -144,7 +144,7 @@ where
     let counters = leak(inbound::Counters::new());
     let mut b = Dispatch::<'static, 4, 4>::builder();
     b.link("dev/readings", checked)
-        .link("aimdb/rsp", verifier)
+        .link(proto::RESPONSE, verifier)
         .counters(counters);
     let mut host_dispatch = b.build().expect("host inbound");
 

@@ -17,7 +17,7 @@ use aimdb_core::inbound::Dispatch;
 use aimdb_core::outbound;
 use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Record, Ring};
-use aimdb_core::remote::proto::{Body, Response};
+use aimdb_core::remote::proto::{self, Body, Host, Response};
 use aimdb_core::remote::{Description, Op, Request, RequestError, Responder};
 use aimdb_core::sync::Readiness;
 use common::block_on;
@@ -46,17 +46,18 @@ static CLIENT_READY: Readiness<1> = Readiness::new();
 fn a_request_flood_leaves_the_data_route_delivering_in_order() {
     // The node: data out, requests in, answers out.
     let mut data = outbound::Link::new(DATA.subscribe().unwrap(), "dev/data", Postcard);
-    let mut answers = outbound::Link::new(RESPONDER.requests(), "aimdb/rsp", RESPONDER.answers());
+    let mut answers =
+        outbound::Link::new(RESPONDER.requests(), proto::RESPONSE, RESPONDER.answers());
     let mut payload = [0u8; 256];
     let mut b = Routes::<_, 1, 2>::builder(&NODE_READY, &mut payload);
     b.link(&mut data).link(&mut answers);
     let mut node_out = b.build().unwrap();
     let mut b = Dispatch::<2, 4>::builder();
-    b.link("aimdb/req", &RESPONDER);
+    b.link(proto::REQUEST, &RESPONDER);
     let mut node_in = b.build().unwrap();
 
     // The client: requests out; data and answers in.
-    let mut reqs = outbound::Link::new(REQS.subscribe().unwrap(), "aimdb/req", codec::Raw);
+    let mut reqs = outbound::Link::new(REQS.subscribe().unwrap(), proto::REQUEST, codec::Raw);
     let mut payload = [0u8; 256];
     let mut b = Routes::<_, 1, 1>::builder(&CLIENT_READY, &mut payload);
     b.link(&mut reqs);
@@ -64,7 +65,7 @@ fn a_request_flood_leaves_the_data_route_delivering_in_order() {
     let got = inbound::Link::new(&GOT, Postcard);
     let answers_in = inbound::Link::new(&ANSWERS, codec::Raw).with_max_payload(256);
     let mut b = Dispatch::<2, 4>::builder();
-    b.link("dev/data", &got).link("aimdb/rsp", &answers_in);
+    b.link("dev/data", &got).link(proto::RESPONSE, &answers_in);
     let mut client_in = b.build().unwrap();
 
     let pair = Pair::<NoopRawMutex, 1024>::new();
@@ -124,7 +125,7 @@ fn a_request_flood_leaves_the_data_route_delivering_in_order() {
                     let Ok(a) = answer_reader.recv().await else {
                         continue;
                     };
-                    let r: Response<Body> = postcard::from_bytes(&a).unwrap();
+                    let r: Response<Body<'_, Host>> = postcard::from_bytes(&a).unwrap();
                     match r.result {
                         Ok(Body::List { .. }) => answered += 1,
                         Err(RequestError::Busy) => busy += 1,

@@ -172,14 +172,25 @@ impl postcard::ser_flavors::Flavor for Scratch<'_> {
     }
 }
 
-impl<T: serde::de::DeserializeOwned> Decode<T> for Postcard {
-    fn decode(&self, bytes: &[u8]) -> Result<T, DecodeError> {
+impl Postcard {
+    /// Decodes a whole payload (trailing bytes are an error) into a value
+    /// that may borrow from it (`&str`, `&[u8]` fields).
+    pub fn decode_borrowed<'de, T: serde::Deserialize<'de>>(
+        &self,
+        bytes: &'de [u8],
+    ) -> Result<T, DecodeError> {
         match postcard::take_from_bytes::<T>(bytes) {
             Ok((v, [])) => Ok(v),
             Ok(_) => Err(DecodeError::TrailingBytes),
             Err(postcard::Error::DeserializeUnexpectedEnd) => Err(DecodeError::Truncated),
             Err(_) => Err(DecodeError::Malformed),
         }
+    }
+}
+
+impl<T: serde::de::DeserializeOwned> Decode<T> for Postcard {
+    fn decode(&self, bytes: &[u8]) -> Result<T, DecodeError> {
+        self.decode_borrowed(bytes)
     }
 }
 

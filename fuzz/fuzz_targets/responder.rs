@@ -33,7 +33,7 @@
 //!    (unknown or read-only record, malformed request or value, busy)
 //!    changes nothing. Every record's writes, replaced writes and newest
 //!    value equal the model's after every step;
-//! 4. every answer decodes as `proto::Response<proto::Body>` (the host's
+//! 4. every answer decodes as `proto::Response<proto::Body<Host>>` (the host's
 //!    decoding), its id is the id of a request that was sent (the first
 //!    varint of the frame, 0 if none reads), and its bytes are exactly the
 //!    model's answer (so pages, values, `stats` counters and watch
@@ -56,7 +56,7 @@ use aimdb_core::inbound::{self, Dispatch};
 use aimdb_core::link::LinkState;
 use aimdb_core::outbound::{self, Routes};
 use aimdb_core::record::{Buffer, Kind, Latest, Mailbox, Reader, Record, Ring, TryRecvError};
-use aimdb_core::remote::proto::{Body, ConnectorStats, Entry, Info, Response, PAGE};
+use aimdb_core::remote::proto::{self, ConnectorStats, Entry, Host, RecordStats, Response, PAGE};
 use aimdb_core::remote::{
     schema_hash, Codec, Connector, Counted, Description, LinkCounters, NamedType, Op, Request,
     RequestError, Responder, ResponderStats, Schema, WATCHES,
@@ -112,8 +112,12 @@ fn allocs() -> u64 {
 /// The largest request the responder takes.
 const REQ_MAX: usize = 64;
 /// The request topics (a framed link's and an MQTT node's).
-const REQ_TOPICS: [&str; 2] = ["aimdb/req", "dev/aimdb/req"];
-const RSP: &str = "aimdb/rsp";
+const REQ_TOPICS: [&str; 2] = [proto::REQUEST, aimdb_core::remote_topic!("dev", request)];
+const RSP: &str = proto::RESPONSE;
+
+/// An answer as a host decodes it.
+type Body<'a> = proto::Body<'a, Host>;
+type Info<'a> = proto::Info<'a, Host>;
 /// The command record's ordinary inbound link.
 const CMD_TOPIC: &str = "dev/cmd";
 /// The link state `stats` reports for the one connector.
@@ -522,11 +526,15 @@ fn request_bytes(id: u32, op: &OpIn, edit: &Edit) -> Vec<u8> {
 
 // ------------------------------------------------------------ the model
 
-/// Room a `get` keeps in front of the value for the largest response
-/// header (id, tags, writes, option tag, length; `VALUE_HEADER` in
-/// `remote/mod.rs`): the value is encoded straight into the answer buffer
-/// behind it, so a value that does not fit behind it is `TooLarge`.
-const GET_ROOM: usize = 5 + 1 + 1 + 10 + 1 + 5;
+/// Room a `get` keeps in front of the value for the response header
+/// (id, three tags, writes, length), sized for this id and write count
+/// and a value as long as the whole buffer: the value is encoded straight
+/// into the answer buffer behind it, so a value that does not fit behind
+/// it is `TooLarge`.
+fn get_room(id: u32, writes: u64, buf: usize) -> usize {
+    let varint = |v: u64| postcard::to_allocvec(&v).expect("encodes").len();
+    varint(u64::from(id)) + 3 + varint(writes) + varint(buf as u64)
+}
 
 #[derive(Debug, Clone)]
 struct MRecord {
@@ -605,7 +613,7 @@ fn inc(c: &mut u32) {
     *c = c.wrapping_add(1);
 }
 
-fn enc(r: &Response<Body>) -> Vec<u8> {
+fn enc(r: &Response<Body<'_>>) -> Vec<u8> {
     postcard::to_allocvec(r).expect("encodes")
 }
 
@@ -721,11 +729,12 @@ impl Model {
         if let Some(id) = self.busy.take() {
             return Some(Job::Busy(id));
         }
-        if let Some(b) = self.pending.take() {
-            return Some(Job::Request(b));
-        }
+        // End notices before the next request.
         if let Some(id) = self.ended.iter_mut().find_map(Option::take) {
             return Some(Job::Ended(id));
+        }
+        if let Some(b) = self.pending.take() {
+            return Some(Job::Request(b));
         }
         for n in 0..WATCHES {
             let k = (self.next + n) % WATCHES;
@@ -760,7 +769,7 @@ impl Model {
     }
 
     /// The response if it fits, else `TooLarge` if that fits, else `None`.
-    fn respond(&self, id: u32, result: Result<Body, RequestError>) -> Option<Vec<u8>> {
+    fn respond(&self, id: u32, result: Result<Body<'_>, RequestError>) -> Option<Vec<u8>> {
         let b = enc(&Response { id, result });
         if b.len() <= self.buf {
             return Some(b);
@@ -778,7 +787,7 @@ impl Model {
 
     /// The largest page (at most `PAGE` entries) that fits; `TooLarge` if
     /// not even one does.
-    fn page(&self, id: u32, body: impl Fn(usize) -> Body) -> Option<Vec<u8>> {
+    fn page<'a>(&self, id: u32, body: impl Fn(usize) -> Body<'a>) -> Option<Vec<u8>> {
         for n in (1..=PAGE).rev() {
             let b = enc(&Response {
                 id,
@@ -793,27 +802,26 @@ impl Model {
 
     fn get(&self, id: u32, i: usize) -> Option<Vec<u8>> {
         let s = &self.recs[i].state;
-        if self.buf < GET_ROOM {
+        let room = get_room(id, s.writes, self.buf);
+        if self.buf < room {
             return self.too_large(id);
         }
         match &s.newest {
-            Some(v) if v.len() > self.buf - GET_ROOM => self.too_large(id),
+            Some(v) if v.len() > self.buf - room => self.too_large(id),
             v => self.respond(
                 id,
                 Ok(Body::Value {
                     writes: s.writes,
-                    value: v.clone(),
+                    value: v.as_deref(),
                 }),
             ),
         }
     }
 
     fn end(&mut self, id: u32) {
-        // The node keeps `WATCHES` end notices; one more, while they all
-        // wait behind requests, is lost: the model follows the node.
-        if let Some(e) = self.ended.iter_mut().find(|e| e.is_none()) {
-            *e = Some(id);
-        }
+        // End notices go before anything that queues one: none is lost.
+        let e = self.ended.iter_mut().find(|e| e.is_none());
+        *e.expect("room for every end notice") = Some(id);
     }
 
     fn answer(&mut self, job: Job, sets: &mut Sets) -> Option<Vec<u8>> {
@@ -823,7 +831,8 @@ impl Model {
             Job::Update(k) => return self.update(k),
             Job::Request(b) => b,
         };
-        let Ok(request) = postcard::from_bytes::<Request<'_>>(&bytes) else {
+        // The whole payload: bytes left over are malformed.
+        let Ok((request, [])) = postcard::take_from_bytes::<Request<'_>>(&bytes) else {
             inc(&mut self.c.malformed);
             return self.respond(claimed_id(&bytes), Err(RequestError::Malformed));
         };
@@ -864,7 +873,11 @@ impl Model {
                     entries: (from..(from + n).min(DESCRIBED))
                         .map(|i| {
                             let s = &self.recs[i].state;
-                            (NAMES[i].into(), s.writes, s.replaced)
+                            RecordStats {
+                                name: NAMES[i],
+                                writes: s.writes,
+                                replaced: s.replaced,
+                            }
                         })
                         .collect(),
                     connectors: connectors.clone(),
@@ -880,7 +893,7 @@ impl Model {
                         capacity: s.capacity,
                         writable: s.writable,
                         codec: s.codec,
-                        topics: s.topics.iter().map(|t| t.to_string()).collect(),
+                        topics: s.topics.to_vec(),
                         schema_hash: s.hash,
                         schema: s.schema.into(),
                     };
@@ -924,8 +937,10 @@ impl Model {
 
     fn watch(&mut self, id: u32, i: usize, credit: u32) -> Option<Vec<u8>> {
         if let Some(w) = self.watches.iter_mut().flatten().find(|w| w.rec == i) {
+            // Renewed: its values are not sent again.
             w.id = id;
             w.credit = credit;
+            return self.respond(id, Ok(Body::Renewed));
         } else {
             let Some(k) = self.watches.iter().position(Option::is_none) else {
                 return self.respond(id, Err(RequestError::Busy));

@@ -19,8 +19,8 @@ use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use serde::{Deserialize, Serialize};
 
-pub const REQ: &str = "aimdb/req";
-pub const RSP: &str = "aimdb/rsp";
+pub const REQ: &str = aimdb_core::remote::proto::REQUEST;
+pub const RSP: &str = aimdb_core::remote::proto::RESPONSE;
 
 /// Bound on every wait.
 pub const WAIT: Duration = Duration::from_secs(30);

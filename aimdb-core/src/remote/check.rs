@@ -194,11 +194,10 @@ mod verifier {
     use portable_atomic::{AtomicU32, Ordering};
 
     use super::{Check, Verdict};
-    use crate::codec::Decode;
     use crate::connector::DispatchError;
     use crate::link::{LinkState, Status};
     use crate::record::{Kind, RecvError, Source};
-    use crate::remote::proto::{Body, Op, Request, RequestError, Response};
+    use crate::remote::proto::{Body, Host, Op, Request, RequestError, Response};
 
     /// Counters of a [`Verifier`].
     #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -392,8 +391,8 @@ mod verifier {
         }
 
         fn deliver(&self, _key: Option<&str>, payload: &[u8]) -> Result<(), DispatchError> {
-            let r: Response<Body> = crate::codec::Postcard
-                .decode(payload)
+            let r: Response<Body<'_, Host>> = crate::codec::Postcard
+                .decode_borrowed(payload)
                 .map_err(DispatchError::MalformedPayload)?;
             // Is it the answer to the page asked for?
             let asked = self.state.lock(|s| {
@@ -496,7 +495,6 @@ mod verifier {
 #[cfg(all(test, feature = "alloc"))]
 mod tests {
     extern crate std;
-    use std::string::String;
     use std::vec;
     use std::vec::Vec;
 
@@ -508,12 +506,12 @@ mod tests {
     use crate::codec::Postcard;
     use crate::link::{Cause, LinkState};
     use crate::record::{Kind, Latest, Record, Source as _};
-    use crate::remote::proto::{Body, Entry, Op, RequestError, Response};
+    use crate::remote::proto::{Body, Entry, Host, Op, RequestError, Response};
     use crate::remote::Verifier;
 
-    fn entry(name: &str, schema_hash: [u8; 8]) -> Entry {
+    fn entry(name: &str, schema_hash: [u8; 8]) -> Entry<'_> {
         Entry {
-            name: String::from(name),
+            name,
             kind: Kind::Latest,
             capacity: 1,
             writable: false,
@@ -521,11 +519,15 @@ mod tests {
         }
     }
 
-    fn answer(id: u32, result: Result<Body, RequestError>) -> Vec<u8> {
+    fn answer(id: u32, result: Result<Body<'_, Host>, RequestError>) -> Vec<u8> {
         postcard::to_allocvec(&Response { id, result }).unwrap()
     }
 
-    fn list(total: u16, from: u16, entries: Vec<Entry>) -> Result<Body, RequestError> {
+    fn list(
+        total: u16,
+        from: u16,
+        entries: Vec<Entry<'_>>,
+    ) -> Result<Body<'_, Host>, RequestError> {
         Ok(Body::List {
             total,
             from,

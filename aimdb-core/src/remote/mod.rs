@@ -41,18 +41,30 @@
 //!
 //! - It holds **one** request at a time (`N` bytes). Requests that
 //!   arrive while one is pending are counted (`busy`), and the latest of
-//!   them is answered [`RequestError::Busy`] (its id is kept for that); a request over `N` bytes is refused by the
-//!   inbound table (`PayloadTooLarge`) and counted there. A flood therefore
-//!   costs one answer per pull, never a queue.
-//! - Each answer is bounded work: one record encoded or decoded, or one
-//!   page of the table.
+//!   them is answered [`RequestError::Busy`] (its id is kept for that); a
+//!   request over `N` bytes is refused by the inbound table
+//!   (`PayloadTooLarge`) and counted there. A flood therefore costs one
+//!   answer per pull, never a queue.
+//! - A request runs when the answer side takes it (the connector's
+//!   outbound task pulls [`Requests`]): its write is done and its watch
+//!   changed then; [`Answers`] only encodes the answer. Each is bounded
+//!   work: one record encoded or decoded, or one page of the table.
+//! - A request is one postcard [`Request`], whole: one that does not
+//!   decode, or has bytes left over behind it, is not run; it is
+//!   answered [`RequestError::Malformed`] and counted (`malformed`).
+//! - A `get` (or a watch's value) needs an answer buffer of the value's
+//!   size plus at most 23 bytes of header (fewer for small ids and write
+//!   counts); a value that does not fit is answered
+//!   [`RequestError::TooLarge`].
 //! - Writes go only to records described [`writable`](Description::writable);
 //!   any other is refused with [`RequestError::NotWritable`] and nothing changes.
 //!
 //! - A **watch** ([`Op::Watch`]) streams a record's values as they are
 //!   written: the current value at once, then the newest value after
 //!   writes (each answer's `writes` says how many writes it covers), at
-//!   most `credit` answers, then [`proto::BodyRef::Ended`]. It holds one
+//!   most `credit` answers, then [`proto::Body::Ended`]. A watch request
+//!   for a record watched already renews it (new id and credit, answered
+//!   [`proto::Body::Renewed`]; what it sent is not sent again). It holds one
 //!   reader slot of the record (give a watchable record one more reader,
 //!   `R`; a record without a free slot answers
 //!   [`RequestError::NotWatchable`]); the slot never takes a value, so a
@@ -70,8 +82,10 @@
 //!   the node has without speaking this protocol.
 //!
 //! The wire format is postcard: [`Request`] in, [`Response`] out, each
-//! with the client's correlation id. Hosts decode responses with
-//! [`proto`]'s owned types (feature `alloc`).
+//! with the client's correlation id, on the topics [`proto`] names
+//! ([`proto::REQUEST`], [`proto::RESPONSE`]). Hosts decode responses as
+//! `Response<Body<'_, Host>>` ([`proto::Host`], feature `alloc`),
+//! borrowing from the answer's bytes.
 //!
 //! # The schema check
 //!
@@ -151,7 +165,7 @@ use crate::codec::{Decode, Encode, EncodeError};
 use crate::connector::DispatchError;
 use crate::link::LinkState;
 use crate::record::{Buffer, Kind, Latest, Record, RecvError, Source};
-use proto::{BodyRef, Response};
+use proto::{Body, Node, Response};
 pub use proto::{Codec, Op, Request, RequestError};
 
 /// Type-erased access to one record: what a [`Description`] reaches it
@@ -479,23 +493,46 @@ struct Slot<const N: usize> {
     /// Running watches. Only the answer side (the connector's outbound
     /// task) changes them.
     watches: [Option<Watch>; WATCHES],
-    /// Watches whose end is to be told (their ids).
-    ended: [Option<u32>; WATCHES],
+    /// The id of a watch whose end is to be told (one at most: see
+    /// `Responder::tell_end`).
+    ended: Option<u32>,
     /// Where the next look for a changed watch starts (fairness).
     next: u8,
 }
 
-/// One request's work, handed from [`Requests`] to [`Answers`].
-#[derive(Debug, Clone)]
-pub enum Job<const N: usize> {
-    /// A request's bytes.
-    Request(heapless::Vec<u8, N>),
-    /// Answer "busy" to this id.
-    Busy(u32),
-    /// Send watch `k`'s newest value.
-    Update(u8),
-    /// Tell this id its watch ended.
-    Ended(u32),
+/// One answer due, handed from [`Requests`] to [`Answers`]. The request
+/// behind it has run when it is handed out (its write done, its watch
+/// started, renewed or stopped); encoding it only reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Job {
+    /// The id the answer carries.
+    id: u32,
+    answer: Answer,
+}
+
+/// What a [`Job`] answers.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    Error(RequestError),
+    List {
+        from: u16,
+    },
+    Stats {
+        from: u16,
+    },
+    /// Table entry `i`'s description.
+    Describe(u16),
+    /// Table entry `i`'s newest value.
+    Value(u16),
+    Written,
+    Renewed,
+    Ended,
+}
+
+impl Job {
+    const fn new(id: u32, answer: Answer) -> Self {
+        Self { id, answer }
+    }
 }
 
 /// Answers remote requests about the records of `table`, one at a time,
@@ -519,7 +556,7 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
                 busy: None,
                 waker: None,
                 watches: [None; WATCHES],
-                ended: [None; WATCHES],
+                ended: None,
                 next: 0,
             })),
             counters: Counters {
@@ -590,25 +627,82 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
             for (g, w) in gone.iter_mut().zip(s.watches.iter_mut()) {
                 *g = w.take();
             }
-            s.ended = [None; WATCHES];
+            s.ended = None;
         });
         for w in gone.into_iter().flatten() {
             self.table[usize::from(w.index)].access.unwatch(w.slot);
         }
     }
 
-    /// A watch request on table entry `index` (`credit` 0 stops it).
-    fn watch(
-        &self,
-        buf: &mut [u8],
-        id: u32,
-        index: usize,
-        credit: u32,
-    ) -> Result<usize, EncodeError> {
-        let d = &self.table[index];
-        if credit == 0 {
-            return self.unwatch(buf, id, index);
+    /// Queues the end notice of the watch with `id`. [`Requests`] sends
+    /// a queued notice before it runs anything that queues one, and
+    /// nothing queues two, so the one place is always free.
+    fn tell_end(&self, id: u32) {
+        self.slot.lock(|s| s.borrow_mut().ended = Some(id));
+    }
+
+    /// Runs one request's bytes as the answer side does when it takes
+    /// them from the slot: the answer due (encode it with
+    /// [`Self::answers`]). Not counted as a request or an answer. For
+    /// measuring the node's work per request (the on-target bench);
+    /// requests reach a node through [`Self::requests`].
+    #[doc(hidden)]
+    pub fn run_request(&self, bytes: &[u8]) -> Job {
+        self.run(bytes)
+    }
+
+    /// Runs one request (its write, its watch change): the answer due.
+    fn run(&self, bytes: &[u8]) -> Job {
+        let request = match postcard::take_from_bytes::<Request<'_>>(bytes) {
+            Ok((r, [])) => r,
+            // Undecodable, or bytes left over behind it (a request of
+            // another shape, from a client whose types drifted): not run.
+            _ => {
+                bump(&self.counters.malformed);
+                // The id is the first field: answer it if it reads.
+                let id = postcard::take_from_bytes::<u32>(bytes).map_or(0, |(id, _)| id);
+                return Job::new(id, Answer::Error(RequestError::Malformed));
+            }
+        };
+        const UNKNOWN: Answer = Answer::Error(RequestError::UnknownRecord);
+        let id = request.id;
+        let find = |name: &str| {
+            self.table
+                .iter()
+                .position(|d| d.name == name)
+                .map(|i| i as u16)
+        };
+        let answer = match request.op {
+            Op::List { from } => Answer::List { from },
+            Op::Stats { from } => Answer::Stats { from },
+            Op::Describe { record } => find(record).map_or(UNKNOWN, Answer::Describe),
+            Op::Get { record } => find(record).map_or(UNKNOWN, Answer::Value),
+            Op::Set { record, value } => find(record).map_or(UNKNOWN, |i| self.set(i, value)),
+            Op::Watch { record, credit } => match find(record) {
+                None => UNKNOWN,
+                Some(i) if credit == 0 => self.unwatch(id, i),
+                Some(i) => self.watch(id, i, credit),
+            },
+            Op::Unwatch { record } => find(record).map_or(UNKNOWN, |i| self.unwatch(id, i)),
+        };
+        Job::new(id, answer)
+    }
+
+    /// A `set` of table entry `index`.
+    fn set(&self, index: u16, value: &[u8]) -> Answer {
+        let d = &self.table[usize::from(index)];
+        if !d.writable {
+            bump(&self.counters.denied);
+            return Answer::Error(RequestError::NotWritable);
         }
+        match d.access.set(value) {
+            Ok(()) => Answer::Written,
+            Err(e) => Answer::Error(e),
+        }
+    }
+
+    /// A watch request on table entry `index` (`credit` above 0).
+    fn watch(&self, id: u32, index: u16, credit: u32) -> Answer {
         enum Step {
             Renewed,
             New(usize),
@@ -616,12 +710,7 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
         }
         let step = self.slot.lock(|s| {
             let mut s = s.borrow_mut();
-            if let Some(w) = s
-                .watches
-                .iter_mut()
-                .flatten()
-                .find(|w| usize::from(w.index) == index)
-            {
+            if let Some(w) = s.watches.iter_mut().flatten().find(|w| w.index == index) {
                 w.id = id;
                 w.credit = credit;
                 return Step::Renewed;
@@ -631,71 +720,63 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
                 .position(Option::is_none)
                 .map_or(Step::Full, Step::New)
         });
-        match step {
-            Step::Renewed => {}
-            Step::Full => return respond(buf, id, Err(RequestError::Busy)),
-            Step::New(k) => {
-                let Some(slot) = d.access.watch() else {
-                    return respond(buf, id, Err(RequestError::NotWatchable));
-                };
-                let seen = d.access.writes();
-                self.slot.lock(|s| {
-                    s.borrow_mut().watches[k] = Some(Watch {
-                        index: index as u16,
-                        slot,
-                        id,
-                        credit,
-                        seen,
-                    });
-                });
-            }
-        }
+        let k = match step {
+            // Its values were sent; only newer ones will be.
+            Step::Renewed => return Answer::Renewed,
+            Step::Full => return Answer::Error(RequestError::Busy),
+            Step::New(k) => k,
+        };
+        let d = &self.table[usize::from(index)];
+        let Some(slot) = d.access.watch() else {
+            return Answer::Error(RequestError::NotWatchable);
+        };
+        let seen = d.access.writes();
+        self.slot.lock(|s| {
+            s.borrow_mut().watches[k] = Some(Watch {
+                index,
+                slot,
+                id,
+                credit,
+                seen,
+            });
+        });
         // The current value, under the watch's id.
-        get(buf, id, d)
+        Answer::Value(index)
     }
 
-    fn unwatch(&self, buf: &mut [u8], id: u32, index: usize) -> Result<usize, EncodeError> {
+    /// Stops the watch on table entry `index`, if one runs.
+    fn unwatch(&self, id: u32, index: u16) -> Answer {
         let w = self.slot.lock(|s| {
             let mut s = s.borrow_mut();
             let k = s
                 .watches
                 .iter()
-                .position(|w| w.is_some_and(|w| usize::from(w.index) == index))?;
+                .position(|w| w.is_some_and(|w| w.index == index))?;
             s.watches[k].take()
         });
         if let Some(w) = w {
-            self.table[index].access.unwatch(w.slot);
+            self.table[usize::from(index)].access.unwatch(w.slot);
             if w.id != id {
                 // The watch's own stream ends too.
-                self.slot.lock(|s| {
-                    let mut s = s.borrow_mut();
-                    if let Some(e) = s.ended.iter_mut().find(|e| e.is_none()) {
-                        *e = Some(w.id);
-                    }
-                });
+                self.tell_end(w.id);
             }
         }
-        respond(buf, id, Ok(BodyRef::Ended))
+        Answer::Ended
     }
 
-    /// Watch `k`'s newest value; its last one ends it.
-    fn update(&self, buf: &mut [u8], k: usize) -> Result<usize, EncodeError> {
-        let Some(w) = self.slot.lock(|s| s.borrow().watches[k]) else {
-            // Ended since it was found changed (cannot happen: only this
-            // task ends watches); an answer no client waits for.
-            return respond(buf, 0, Ok(BodyRef::Ended));
-        };
+    /// Watch `w` (at `k`) saw writes: it takes one credit (its last ends
+    /// it), its newest value is due, and the next look for a changed
+    /// watch starts after it.
+    fn update(&self, k: usize, w: Watch) -> Job {
         bump(&self.counters.updates);
         let d = &self.table[usize::from(w.index)];
         let writes = d.access.writes();
         let last = w.credit <= 1;
         self.slot.lock(|s| {
             let mut s = s.borrow_mut();
+            s.next = ((k + 1) % WATCHES) as u8;
             if last {
                 s.watches[k] = None;
-                if let Some(e) = s.ended.iter_mut().find(|e| e.is_none()) {
-                    *e = Some(w.id);
-                }
             } else if let Some(x) = s.watches[k].as_mut() {
                 x.credit -= 1;
                 x.seen = writes;
@@ -703,8 +784,9 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
         });
         if last {
             d.access.unwatch(w.slot);
+            self.tell_end(w.id);
         }
-        get(buf, w.id, d)
+        Job::new(w.id, Answer::Value(w.index))
     }
 
     /// The answer side's codec (see [`Self::requests`]).
@@ -712,91 +794,48 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
         Answers(self)
     }
 
-    fn answer(&self, job: &Job<N>, buf: &mut [u8]) -> Result<usize, EncodeError> {
-        bump(&self.counters.answered);
-        let bytes = match job {
-            Job::Busy(id) => return respond(buf, *id, Err(RequestError::Busy)),
-            Job::Update(k) => return self.update(buf, usize::from(*k)),
-            Job::Ended(id) => return respond(buf, *id, Ok(BodyRef::Ended)),
-            Job::Request(bytes) => bytes,
-        };
-        let request = match postcard::from_bytes::<Request<'_>>(bytes) {
-            Ok(r) => r,
-            Err(_) => {
-                bump(&self.counters.malformed);
-                // The id is the first field: answer it if it reads.
-                let id = postcard::take_from_bytes::<u32>(bytes).map_or(0, |(id, _)| id);
-                return respond(buf, id, Err(RequestError::Malformed));
-            }
-        };
-        let id = request.id;
-        let find = |name: &str| self.table.iter().find(|d| d.name == name);
-        let position = |name: &str| self.table.iter().position(|d| d.name == name);
-        match request.op {
-            Op::List { from } => self.list(buf, id, from),
-            Op::Stats { from } => {
-                let from = usize::from(from).min(self.table.len());
-                page(buf, |n| {
-                    let end = (from + n).min(self.table.len());
-                    Response {
-                        id,
-                        result: Ok(BodyRef::Stats {
-                            total: self.table.len() as u16,
-                            from: from as u16,
-                            entries: proto::StatsRef(&self.table[from..end]),
-                            connectors: proto::ConnectorsRef(if from == 0 {
-                                self.connectors
-                            } else {
-                                &[]
-                            }),
-                            responder: self.stats(),
-                        }),
-                    }
+    /// Encodes `job`'s answer into `buf` (reads records and counters,
+    /// changes nothing).
+    fn encode(&self, job: &Job, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        let (id, table) = (job.id, self.table);
+        let total = table.len() as u16;
+        match job.answer {
+            Answer::Error(e) => respond(buf, id, Err(e)),
+            Answer::List { from } => {
+                let from = usize::from(from).min(table.len());
+                page(buf, |n| Response {
+                    id,
+                    result: Ok(Body::List {
+                        total,
+                        from: from as u16,
+                        entries: proto::EntriesRef(&table[from..(from + n).min(table.len())]),
+                    }),
                 })
             }
-            Op::Describe { record } => match find(record) {
-                Some(d) => respond(buf, id, Ok(BodyRef::Describe(proto::InfoRef(d)))),
-                None => respond(buf, id, Err(RequestError::UnknownRecord)),
-            },
-            Op::Get { record } => match find(record) {
-                Some(d) => get(buf, id, d),
-                None => respond(buf, id, Err(RequestError::UnknownRecord)),
-            },
-            Op::Set { record, value } => {
-                let r = match find(record) {
-                    None => Err(RequestError::UnknownRecord),
-                    Some(d) if !d.writable => {
-                        bump(&self.counters.denied);
-                        Err(RequestError::NotWritable)
-                    }
-                    Some(d) => d.access.set(value).map(|()| BodyRef::Written),
-                };
-                respond(buf, id, r)
+            Answer::Stats { from } => {
+                let from = usize::from(from).min(table.len());
+                let connectors = if from == 0 { self.connectors } else { &[] };
+                page(buf, |n| Response {
+                    id,
+                    result: Ok(Body::Stats {
+                        total,
+                        from: from as u16,
+                        entries: proto::StatsRef(&table[from..(from + n).min(table.len())]),
+                        connectors: proto::ConnectorsRef(connectors),
+                        responder: self.stats(),
+                    }),
+                })
             }
-            Op::Watch { record, credit } => match position(record) {
-                Some(i) => self.watch(buf, id, i, credit),
-                None => respond(buf, id, Err(RequestError::UnknownRecord)),
-            },
-            Op::Unwatch { record } => match position(record) {
-                Some(i) => self.unwatch(buf, id, i),
-                None => respond(buf, id, Err(RequestError::UnknownRecord)),
-            },
-        }
-    }
-
-    fn list(&self, buf: &mut [u8], id: u32, from: u16) -> Result<usize, EncodeError> {
-        let from = usize::from(from).min(self.table.len());
-        page(buf, |n| {
-            let end = (from + n).min(self.table.len());
-            Response {
+            Answer::Describe(i) => respond(
+                buf,
                 id,
-                result: Ok(BodyRef::List {
-                    total: self.table.len() as u16,
-                    from: from as u16,
-                    entries: proto::EntriesRef(&self.table[from..end]),
-                }),
-            }
-        })
+                Ok(Body::Describe(proto::Info::of(&table[usize::from(i)]))),
+            ),
+            Answer::Value(i) => get(buf, id, &table[usize::from(i)]),
+            Answer::Written => respond(buf, id, Ok(Body::Written)),
+            Answer::Renewed => respond(buf, id, Ok(Body::Renewed)),
+            Answer::Ended => respond(buf, id, Ok(Body::Ended)),
+        }
     }
 }
 
@@ -804,7 +843,7 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
 /// whose encoding fits `buf`; at least one entry, else `TooLarge`.
 fn page<'a>(
     buf: &mut [u8],
-    response: impl Fn(usize) -> Response<BodyRef<'a>>,
+    response: impl Fn(usize) -> Response<Body<'a, Node>>,
 ) -> Result<usize, EncodeError> {
     let mut n = proto::PAGE;
     loop {
@@ -821,11 +860,11 @@ fn page<'a>(
 fn respond(
     buf: &mut [u8],
     id: u32,
-    result: Result<BodyRef<'_>, RequestError>,
+    result: Result<Body<'_, Node>, RequestError>,
 ) -> Result<usize, EncodeError> {
     match crate::codec::Postcard.encode(&Response { id, result }, buf) {
         Err(EncodeError::BufferTooSmall) => crate::codec::Postcard.encode(
-            &Response::<BodyRef<'_>> {
+            &Response::<Body<'_, Node>> {
                 id,
                 result: Err(RequestError::TooLarge),
             },
@@ -835,35 +874,74 @@ fn respond(
     }
 }
 
-/// Room for a `Value` response's header: id, result and body tags,
-/// writes, option tag and length (varints).
-const VALUE_HEADER: usize = 5 + 1 + 1 + 10 + 1 + 5;
+/// The most bytes a `Value` response's header takes: id (5), result,
+/// body and option tags (3), writes (10) and length (5: answer buffers
+/// under 32 GiB) as varints.
+const VALUE_HEADER_MAX: usize = 5 + 3 + 10 + 5;
 
 /// A `get`: the value is encoded straight into `buf` behind room for the
 /// header, then the header is written in front of it (no second buffer).
+/// The room is [`VALUE_HEADER_MAX`]; a value that does not fit behind it
+/// is tried once more behind the room this id, write count and buffer
+/// need at most ([`get_tight`]), so small buffers carry small values.
 fn get(buf: &mut [u8], id: u32, d: &Description) -> Result<usize, EncodeError> {
     let writes = d.access.writes();
-    let Some(tail) = buf.get_mut(VALUE_HEADER..) else {
-        return respond(buf, id, Err(RequestError::TooLarge));
+    get_behind(buf, id, d, writes, VALUE_HEADER_MAX)
+        .unwrap_or_else(|| get_tight(buf, id, d, writes))
+}
+
+/// A `get` whose value did not fit behind [`VALUE_HEADER_MAX`] bytes:
+/// tried behind the exact room, else `TooLarge`.
+#[cold]
+#[inline(never)]
+fn get_tight(buf: &mut [u8], id: u32, d: &Description, writes: u64) -> Result<usize, EncodeError> {
+    let room = proto::ValueHeader::room(id, writes, buf.len());
+    let answer = if room < VALUE_HEADER_MAX {
+        get_behind(buf, id, d, writes, room)
+    } else {
+        None
     };
-    let n = match d.access.get(tail) {
-        Ok(Some(n)) => n,
-        Ok(None) => {
-            return respond(
-                buf,
-                id,
-                Ok(BodyRef::Value {
-                    writes,
-                    value: None,
-                }),
-            )
-        }
-        Err(_) => return respond(buf, id, Err(RequestError::TooLarge)),
-    };
-    let mut header = [0u8; VALUE_HEADER];
+    answer.unwrap_or_else(|| respond(buf, id, Err(RequestError::TooLarge)))
+}
+
+/// The answer to a `get` with the value encoded behind `room` bytes;
+/// `None` if the value does not fit there.
+#[inline(always)]
+fn get_behind(
+    buf: &mut [u8],
+    id: u32,
+    d: &Description,
+    writes: u64,
+    room: usize,
+) -> Option<Result<usize, EncodeError>> {
+    match d.access.get(buf.get_mut(room..)?) {
+        Ok(Some(n)) => Some(value_header(buf, id, writes, room, n)),
+        Ok(None) => Some(respond(
+            buf,
+            id,
+            Ok(Body::Value {
+                writes,
+                value: None,
+            }),
+        )),
+        Err(_) => None,
+    }
+}
+
+/// Writes the header of a `Value` answer whose `n`-byte value sits at
+/// `room` in front of it: the answer's length.
+#[inline(always)]
+fn value_header(
+    buf: &mut [u8],
+    id: u32,
+    writes: u64,
+    room: usize,
+    n: usize,
+) -> Result<usize, EncodeError> {
+    let mut header = [0u8; VALUE_HEADER_MAX];
     let h =
         crate::codec::Postcard.encode(&proto::ValueHeader { id, writes, len: n }, &mut header)?;
-    buf.copy_within(VALUE_HEADER..VALUE_HEADER + n, h);
+    buf.copy_within(room..room + n, h);
     buf[..h].copy_from_slice(&header[..h]);
     Ok(h + n)
 }
@@ -908,59 +986,70 @@ impl<M: RawMutex, const N: usize> crate::inbound::Route for Responder<M, N> {
     }
 }
 
-/// The responder's pending work, as an outbound [`Source`].
+/// The responder's pending work, as an outbound [`Source`]: receiving a
+/// [`Job`] runs the request behind it.
 pub struct Requests<'r, M: RawMutex, const N: usize>(&'r Responder<M, N>);
 
+/// What [`Requests`] found in the slot.
+enum Due<const N: usize> {
+    Job(Job),
+    Request(heapless::Vec<u8, N>),
+    Nothing,
+}
+
 impl<M: RawMutex, const N: usize> Source for Requests<'_, M, N> {
-    type Item = Job<N>;
+    type Item = Job;
 
     fn name(&self) -> &'static str {
         "aimdb/remote"
     }
 
-    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<Job<N>, RecvError>> {
+    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<Job, RecvError>> {
         let mut old = None;
         let r = self.0;
-        let (job, watches, next) = r.slot.lock(|s| {
+        let (due, watches, next) = r.slot.lock(|s| {
             let mut s = s.borrow_mut();
+            let none = [None; WATCHES];
             if let Some(id) = s.busy.take() {
-                return (Some(Job::Busy(id)), [None; WATCHES], 0);
+                let busy = Answer::Error(RequestError::Busy);
+                return (Due::Job(Job::new(id, busy)), none, 0);
+            }
+            // End notices before anything that queues one (see `tell_end`).
+            if let Some(id) = s.ended.take() {
+                return (Due::Job(Job::new(id, Answer::Ended)), none, 0);
             }
             if s.pending {
                 s.pending = false;
-                return (
-                    Some(Job::Request(core::mem::take(&mut s.request))),
-                    [None; WATCHES],
-                    0,
-                );
-            }
-            if let Some(id) = s.ended.iter_mut().find_map(Option::take) {
-                return (Some(Job::Ended(id)), [None; WATCHES], 0);
+                return (Due::Request(core::mem::take(&mut s.request)), none, 0);
             }
             match &s.waker {
                 Some(w) if w.will_wake(cx.waker()) => {}
                 _ => old = s.waker.replace(cx.waker().clone()),
             }
-            (None, s.watches, s.next)
+            (Due::Nothing, s.watches, s.next)
         });
         drop(old);
-        if let Some(j) = job {
-            return Poll::Ready(Ok(j));
-        }
-        // Requests first; then the first changed watch from `next` round.
-        // Each look registers the waker with the record, so a write after
-        // it wakes this route.
-        for n in 0..WATCHES {
-            let k = (usize::from(next) + n) % WATCHES;
-            let Some(w) = watches[k] else { continue };
-            let d = &r.table[usize::from(w.index)];
-            if d.access.poll_changed(w.slot, w.seen, cx.waker()).is_some() {
-                r.slot
-                    .lock(|s| s.borrow_mut().next = ((k + 1) % WATCHES) as u8);
-                return Poll::Ready(Ok(Job::Update(k as u8)));
+        let job = match due {
+            Due::Job(j) => Some(j),
+            Due::Request(bytes) => Some(r.run(&bytes)),
+            // Requests first; then the first changed watch from `next`
+            // round. Each look registers the waker with the record, so a
+            // write after it wakes this route.
+            Due::Nothing => (0..WATCHES).find_map(|n| {
+                let k = (usize::from(next) + n) % WATCHES;
+                let w = watches[k]?;
+                let d = &r.table[usize::from(w.index)];
+                d.access.poll_changed(w.slot, w.seen, cx.waker())?;
+                Some(r.update(k, w))
+            }),
+        };
+        match job {
+            Some(j) => {
+                bump(&r.counters.answered);
+                Poll::Ready(Ok(j))
             }
+            None => Poll::Pending,
         }
-        Poll::Pending
     }
 
     /// The transport reconnected: the watches were the old link's.
@@ -974,12 +1063,12 @@ impl<M: RawMutex, const N: usize> Source for Requests<'_, M, N> {
     }
 }
 
-/// The codec that turns a [`Job`] into its answer.
+/// The codec that encodes a [`Job`]'s answer (and does nothing else).
 pub struct Answers<'r, M: RawMutex, const N: usize>(&'r Responder<M, N>);
 
-impl<M: RawMutex, const N: usize> Encode<Job<N>> for Answers<'_, M, N> {
-    fn encode(&self, job: &Job<N>, buf: &mut [u8]) -> Result<usize, EncodeError> {
-        self.0.answer(job, buf)
+impl<M: RawMutex, const N: usize> Encode<Job> for Answers<'_, M, N> {
+    fn encode(&self, job: &Job, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        self.0.encode(job, buf)
     }
 }
 

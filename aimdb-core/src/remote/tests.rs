@@ -7,7 +7,7 @@ use std::vec::Vec;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use postcard_schema::schema::owned::OwnedNamedType;
 
-use super::proto::{Body, Response};
+use super::proto::{Body, Host, Response};
 use super::*;
 use crate::connector::{FrameSink, MessageSource};
 use crate::inbound::Dispatch;
@@ -21,8 +21,24 @@ struct Reading {
     millideg: i32,
 }
 
-const REQ: &str = "aimdb/req";
-const RSP: &str = "aimdb/rsp";
+const REQ: &str = proto::REQUEST;
+const RSP: &str = proto::RESPONSE;
+
+/// An answer as a host decodes it. The tests keep every answer's bytes
+/// (leaked) for as long as they run.
+type Answer = Response<Body<'static, Host>>;
+
+fn decode_bytes(bytes: Vec<u8>) -> Answer {
+    postcard::from_bytes(bytes.leak()).unwrap()
+}
+
+fn led_stats(writes: u64, replaced: u64) -> proto::RecordStats<'static> {
+    proto::RecordStats {
+        name: "led",
+        writes,
+        replaced,
+    }
+}
 
 /// A node: three described records, a responder, and the two tables it
 /// is linked into. Each test has its own statics (tests run in parallel).
@@ -66,11 +82,11 @@ fn ask<S: MessageSource + ?Sized>(
     dispatch: &mut impl FrameSink,
     routes: &mut S,
     req: &[u8],
-) -> Response<Body> {
+) -> Answer {
     dispatch.dispatch(REQ.as_bytes(), req).unwrap();
     let m = futures_lite_next(routes);
     assert_eq!(m.0, RSP);
-    postcard::from_bytes(&m.1).unwrap()
+    decode_bytes(m.1)
 }
 
 /// The next message, polled once (an answer is ready as soon as the
@@ -105,7 +121,7 @@ fn lists_describes_gets_and_sets_through_the_tables() {
         panic!("{r:?}")
     };
     assert_eq!((total, from), (3, 0));
-    let names: Vec<_> = entries.iter().map(|e| e.name.as_str()).collect();
+    let names: Vec<_> = entries.iter().map(|e| e.name).collect();
     assert_eq!(names, ["readings", "led", "cmd"]);
     assert_eq!(entries[0].kind, Kind::Ring);
     assert_eq!(entries[0].capacity, 4);
@@ -138,7 +154,7 @@ fn lists_describes_gets_and_sets_through_the_tables() {
         panic!("{r:?}")
     };
     assert_eq!(writes, 6);
-    let v: Reading = postcard::from_bytes(&value.unwrap()).unwrap();
+    let v: Reading = postcard::from_bytes(value.unwrap()).unwrap();
     assert_eq!(
         v,
         Reading {
@@ -186,7 +202,7 @@ fn lists_describes_gets_and_sets_through_the_tables() {
     let Ok(Body::Stats { entries, .. }) = r.result else {
         panic!("{r:?}")
     };
-    assert_eq!(entries[0], ("led".into(), 1, 0));
+    assert_eq!(entries[0], led_stats(1, 0));
 }
 
 #[test]
@@ -297,6 +313,213 @@ fn a_set_value_with_bytes_left_over_is_malformed_and_writes_nothing() {
 }
 
 #[test]
+fn a_request_with_bytes_left_over_is_malformed_counted_and_not_run() {
+    node!(READINGS, LED, CMD, RESPONDER, READY);
+    tables!(RESPONDER, READY, 256, dispatch, routes);
+
+    // A whole `set` and one byte more behind it.
+    let mut req = request(
+        5,
+        Op::Set {
+            record: "led",
+            value: &[1],
+        },
+    );
+    req.push(0);
+    let r = ask(&mut dispatch, &mut routes, &req);
+    assert_eq!((r.id, r.result), (5, Err(RequestError::Malformed)));
+    assert_eq!(LED.writes(), 0);
+    assert_eq!(RESPONDER.stats().malformed, 1);
+    // Without the extra byte it runs.
+    req.pop();
+    let r = ask(&mut dispatch, &mut routes, &req);
+    assert_eq!((r.id, r.result), (5, Ok(Body::Written)));
+    assert_eq!(LED.latest(), Some(true));
+    assert_eq!(RESPONDER.stats().malformed, 1);
+}
+
+/// Dispatches `req`, then pulls answers until the one with `id` came;
+/// every answer pulled, in order.
+fn ask_collecting<S: MessageSource + ?Sized>(
+    dispatch: &mut impl FrameSink,
+    routes: &mut S,
+    req: &[u8],
+    id: u32,
+) -> Vec<Answer> {
+    dispatch.dispatch(REQ.as_bytes(), req).unwrap();
+    let mut got = Vec::new();
+    loop {
+        let r = decode(&futures_lite_next(routes));
+        let done = r.id == id;
+        got.push(r);
+        if done {
+            return got;
+        }
+    }
+}
+
+#[test]
+fn every_end_notice_is_sent_however_many_wait() {
+    node!(READINGS, LED, CMD, RESPONDER, READY);
+    tables!(RESPONDER, READY, 256, dispatch, routes);
+
+    // Each round starts a watch and stops it from another id, so the
+    // watch's own stream is told its end too; one round more than the
+    // responder has watches.
+    let mut answers = Vec::new();
+    let rounds = WATCHES as u32 + 1;
+    for k in 0..rounds {
+        let (watch, stop) = (10 + 2 * k, 11 + 2 * k);
+        let op = Op::Watch {
+            record: "led",
+            credit: 5,
+        };
+        answers.extend(ask_collecting(
+            &mut dispatch,
+            &mut routes,
+            &request(watch, op),
+            watch,
+        ));
+        let op = Op::Unwatch { record: "led" };
+        answers.extend(ask_collecting(
+            &mut dispatch,
+            &mut routes,
+            &request(stop, op),
+            stop,
+        ));
+    }
+    // Whatever is still due.
+    let waker = std::task::Waker::noop();
+    while let Poll::Ready(m) = routes.poll_next(&mut Context::from_waker(waker)) {
+        answers.push(decode(&(m.topic.into(), m.payload.to_vec())));
+    }
+    let mut ended: Vec<u32> = answers
+        .iter()
+        .filter(|r| r.result == Ok(Body::Ended) && r.id % 2 == 0)
+        .map(|r| r.id)
+        .collect();
+    ended.sort_unstable();
+    let want: Vec<u32> = (0..rounds).map(|k| 10 + 2 * k).collect();
+    assert_eq!(ended, want, "every watch's stream heard its end");
+}
+
+#[test]
+fn a_renewed_watch_does_not_send_its_value_again() {
+    node!(READINGS, LED, CMD, RESPONDER, READY);
+    tables!(RESPONDER, READY, 256, dispatch, routes);
+
+    LED.write(true);
+    let watch = |id| {
+        request(
+            id,
+            Op::Watch {
+                record: "led",
+                credit: 5,
+            },
+        )
+    };
+    let r = ask(&mut dispatch, &mut routes, &watch(1));
+    assert_eq!(
+        r.result,
+        Ok(Body::Value {
+            writes: 1,
+            value: Some(&[1][..])
+        })
+    );
+    // Renewed: acknowledged under the new id, no value.
+    let r = ask(&mut dispatch, &mut routes, &watch(2));
+    assert_eq!((r.id, r.result), (2, Ok(Body::Renewed)));
+    let waker = std::task::Waker::noop();
+    assert!(routes
+        .poll_next(&mut Context::from_waker(waker))
+        .is_pending());
+    assert_eq!(RESPONDER.stats().updates, 0);
+    // The next write goes out under the new id.
+    LED.write(false);
+    let r = decode(&futures_lite_next(&mut routes));
+    assert_eq!((r.id, value_of_led(&r)), (2, (2, Some(false))));
+}
+
+fn value_of_led(r: &Answer) -> (u64, Option<bool>) {
+    match &r.result {
+        Ok(Body::Value { writes, value }) => {
+            (*writes, value.map(|v| postcard::from_bytes(v).unwrap()))
+        }
+        other => panic!("not a value: {other:?}"),
+    }
+}
+
+#[test]
+fn a_small_answer_buffer_still_carries_a_small_value() {
+    node!(READINGS, LED, CMD, RESPONDER, READY);
+    // Room for the answer (7 bytes with this id and write count), far
+    // less than the largest header.
+    tables!(RESPONDER, READY, 12, dispatch, routes);
+
+    // No value yet: said so.
+    let r = ask(
+        &mut dispatch,
+        &mut routes,
+        &request(3, Op::Get { record: "cmd" }),
+    );
+    assert_eq!(
+        (r.id, r.result),
+        (
+            3,
+            Ok(Body::Value {
+                writes: 0,
+                value: None
+            })
+        )
+    );
+    LED.write(true);
+    let r = ask(
+        &mut dispatch,
+        &mut routes,
+        &request(1, Op::Get { record: "led" }),
+    );
+    assert_eq!((r.id, value_of_led(&r)), (1, (1, Some(true))));
+    // A value that does not fit is still refused, typed.
+    for seq in 0..3 {
+        READINGS.write(Reading {
+            seq: u32::MAX - seq,
+            millideg: i32::MIN,
+        });
+    }
+    let r = ask(
+        &mut dispatch,
+        &mut routes,
+        &request(2, Op::Get { record: "readings" }),
+    );
+    assert_eq!((r.id, r.result), (2, Err(RequestError::TooLarge)));
+}
+
+#[test]
+fn the_value_header_is_the_derived_encoding_s_start() {
+    for (id, writes, len) in [
+        (0, 0, 0),
+        (1, 1, 1),
+        (300, 1 << 40, 200),
+        (u32::MAX, u64::MAX, 70_000),
+    ] {
+        let value = std::vec![0xA5u8; len];
+        let whole = postcard::to_allocvec(&Response::<Body<'_, proto::Node>> {
+            id,
+            result: Ok(Body::Value {
+                writes,
+                value: Some(&value),
+            }),
+        })
+        .unwrap();
+        let header = postcard::to_allocvec(&proto::ValueHeader { id, writes, len }).unwrap();
+        assert_eq!(&whole[..header.len()], &header[..]);
+        assert_eq!(&whole[header.len()..], &value[..]);
+        // The room kept for it is exact for a value of the buffer's size.
+        assert_eq!(proto::ValueHeader::room(id, writes, len), header.len());
+    }
+}
+
+#[test]
 fn malformed_busy_and_oversized_requests_get_typed_answers() {
     node!(READINGS, LED, CMD, RESPONDER, READY);
     tables!(RESPONDER, READY, 256, dispatch, routes);
@@ -313,8 +536,8 @@ fn malformed_busy_and_oversized_requests_get_typed_answers() {
     dispatch
         .dispatch(REQ.as_bytes(), &request(21, Op::List { from: 0 }))
         .unwrap();
-    let first: Response<Body> = postcard::from_bytes(&futures_lite_next(&mut routes).1).unwrap();
-    let second: Response<Body> = postcard::from_bytes(&futures_lite_next(&mut routes).1).unwrap();
+    let first = decode_bytes(futures_lite_next(&mut routes).1);
+    let second = decode_bytes(futures_lite_next(&mut routes).1);
     let mut got = [
         (first.id, first.result.is_ok()),
         (second.id, second.result.is_ok()),
@@ -373,17 +596,16 @@ fn flag() -> (std::sync::Arc<Flag>, std::task::Waker) {
     (f.clone(), std::task::Waker::from(f))
 }
 
-fn decode(m: &(String, Vec<u8>)) -> Response<Body> {
+fn decode(m: &(String, Vec<u8>)) -> Answer {
     assert_eq!(m.0, RSP);
-    postcard::from_bytes(&m.1).unwrap()
+    decode_bytes(m.1.clone())
 }
 
-fn value_of(r: &Response<Body>) -> (u64, Option<Reading>) {
+fn value_of(r: &Answer) -> (u64, Option<Reading>) {
     match &r.result {
-        Ok(Body::Value { writes, value }) => (
-            *writes,
-            value.as_ref().map(|v| postcard::from_bytes(v).unwrap()),
-        ),
+        Ok(Body::Value { writes, value }) => {
+            (*writes, value.map(|v| postcard::from_bytes(v).unwrap()))
+        }
         other => panic!("not a value: {other:?}"),
     }
 }
@@ -513,7 +735,7 @@ fn a_watch_leaves_commands_to_their_consumer_and_needs_a_free_slot() {
     let Ok(Body::Value { value: Some(v), .. }) = r.result else {
         panic!("{r:?}")
     };
-    assert_eq!(postcard::from_bytes::<u8>(&v).unwrap(), 9);
+    assert_eq!(postcard::from_bytes::<u8>(v).unwrap(), 9);
     assert_eq!(CMD.with_newest(|v| v.copied()), Some(9), "not taken");
     let r = ask(&mut dispatch, &mut routes, &watch(3, "nope"));
     assert_eq!(r.result, Err(RequestError::UnknownRecord));
@@ -566,7 +788,7 @@ fn stats_report_records_and_connectors_with_their_link_state() {
     else {
         panic!("{r:?}")
     };
-    assert_eq!(entries, [("led".into(), 1, 0)]);
+    assert_eq!(entries, [led_stats(1, 0)]);
     assert_eq!(connectors.len(), 2);
     assert_eq!(connectors[0].name, "mqtt");
     assert_eq!(connectors[0].counters, FakeCounters.link_counters());
@@ -640,4 +862,26 @@ fn manifest_strings_are_escaped_json() {
         ManifestJson.encode(&Manifest(&TABLE), &mut buf[..n - 1]),
         Err(EncodeError::BufferTooSmall)
     );
+}
+
+#[test]
+fn topics_under_a_prefix_agree_at_compile_and_run_time() {
+    assert_eq!(proto::topic("dev/", proto::REQUEST), "dev/aimdb/req");
+    assert_eq!(
+        crate::remote_topic!("dev", request),
+        proto::topic("dev", proto::REQUEST)
+    );
+    assert_eq!(
+        crate::remote_topic!("dev", response),
+        proto::topic("dev", proto::RESPONSE)
+    );
+    assert_eq!(
+        crate::remote_topic!("dev", manifest),
+        proto::topic("dev", proto::MANIFEST)
+    );
+    assert_eq!(
+        proto::prefix_of("a/b/aimdb/rsp", proto::RESPONSE),
+        Some("a/b")
+    );
+    assert_eq!(proto::prefix_of("a/baimdb/rsp", proto::RESPONSE), None);
 }

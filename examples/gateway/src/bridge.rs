@@ -29,6 +29,7 @@ use aimdb_core::link::{LinkState, PresenceJson};
 use aimdb_core::outbound;
 use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Mailbox, Reader, Record, Ring};
+use aimdb_core::remote::proto;
 use aimdb_core::sync::HostRawMutex;
 use aimdb_core::sync::Readiness;
 use device_protocol::{topics, Command, Reading, Status};
@@ -263,7 +264,7 @@ pub async fn mqtt(
 ) -> aimdb_connectors::reconnect::Stopped {
     let cmd_topic = leak(format!("{}/cmd", broker.prefix));
     let cmd_in = inbound::Link::new(&COMMAND, Json).with_max_payload(256);
-    let req_topic = leak(format!("{}/aimdb/req", broker.prefix));
+    let req_topic = leak(proto::topic(&broker.prefix, proto::REQUEST));
     let req_in = inbound::Link::new(&REMOTE_REQ, codec::Raw).with_max_payload(256);
     let mut b = Dispatch::<4, 8>::builder();
     b.link(cmd_topic, &cmd_in)
@@ -274,8 +275,8 @@ pub async fn mqtt(
     let readings_topic = leak(format!("{}/readings", broker.prefix));
     let status_topic = leak(format!("{}/status", broker.prefix));
     let presence_topic = leak(format!("{}/presence", broker.prefix));
-    let rsp_topic = leak(format!("{}/aimdb/rsp", broker.prefix));
-    let manifest_topic = leak(format!("{}/aimdb/manifest", broker.prefix));
+    let rsp_topic = leak(proto::topic(&broker.prefix, proto::RESPONSE));
+    let manifest_topic = leak(proto::topic(&broker.prefix, proto::MANIFEST));
     let MqttReaders(readings, status, presence, remote_rsp, manifest) = readers;
     // At least once (a `Ring`'s default, said here because it matters): a
     // reading survives a broker hiccup.

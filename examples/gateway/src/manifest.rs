@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use aimdb_core::link::LinkState;
 use aimdb_core::record::{Kind, Latest, Reader, Record, Ring};
-use aimdb_core::remote::proto::{Body, Info, Response};
+use aimdb_core::remote::proto::{Body, Host, Info, Response};
 use aimdb_core::remote::{Op, Request, RequestError};
 use aimdb_core::sync::HostRawMutex;
 use serde_json::{json, Value};
@@ -62,12 +62,13 @@ pub async fn relay(
     }
 }
 
-/// One request through the pass-through and its answer.
+/// One request through the pass-through: its answer's bytes (decode them
+/// with [`body`]), once the answer is not `Busy`.
 async fn call(
     answers: &mut Reader<'static, HostRawMutex, Ring<Raw, 4>, 2>,
     id: &mut u32,
     op: Op<'_>,
-) -> Result<Body, String> {
+) -> Result<Raw, String> {
     for _ in 0..10 {
         *id = id.wrapping_add(1);
         let bytes = postcard::to_stdvec(&Request {
@@ -77,25 +78,42 @@ async fn call(
         .map_err(|e| e.to_string())?;
         REMOTE_REQ.write(Raw::from_slice(&bytes).map_err(|_| "request too large")?);
         let deadline = tokio::time::Instant::now() + ANSWER_WAIT;
-        let result = loop {
+        let (raw, result) = loop {
             let raw = match tokio::time::timeout_at(deadline, answers.recv()).await {
                 Err(_) => return Err("no answer from the device".into()),
                 // Lagged: read on (ours is among the newest).
                 Ok(Err(_)) => continue,
                 Ok(Ok(raw)) => raw,
             };
-            match postcard::from_bytes::<Response<Body>>(&raw) {
-                Ok(r) if r.id == *id => break r.result,
+            match body_of(&raw) {
+                Ok((rid, result)) if rid == *id => {
+                    let result = result.map(|_| ());
+                    break (raw, result);
+                }
                 _ => continue,
             }
         };
         match result {
             Err(RequestError::Busy) => tokio::time::sleep(Duration::from_millis(100)).await,
             Err(e) => return Err(format!("device answered: {e}")),
-            Ok(body) => return Ok(body),
+            Ok(()) => return Ok(raw),
         }
     }
     Err("device busy".into())
+}
+
+/// An answer's id and result, borrowing from its bytes.
+fn body_of(raw: &Raw) -> Result<(u32, Result<Body<'_, Host>, RequestError>), String> {
+    let r: Response<Body<'_, Host>> = postcard::from_bytes(raw).map_err(|e| e.to_string())?;
+    Ok((r.id, r.result))
+}
+
+/// The body of an answer [`call`] returned (not an error).
+fn body(raw: &Raw) -> Result<Body<'_, Host>, String> {
+    match body_of(raw)?.1 {
+        Ok(b) => Ok(b),
+        Err(e) => Err(format!("device answered: {e}")),
+    }
 }
 
 /// The whole table, as manifest JSON.
@@ -106,10 +124,11 @@ async fn read(
     let mut names = Vec::new();
     loop {
         let from = u16::try_from(names.len()).unwrap_or(u16::MAX);
-        match call(answers, id, Op::List { from }).await? {
+        let raw = call(answers, id, Op::List { from }).await?;
+        match body(&raw)? {
             Body::List { total, entries, .. } => {
                 let done = entries.is_empty() || names.len() + entries.len() >= usize::from(total);
-                names.extend(entries.into_iter().map(|e| e.name));
+                names.extend(entries.iter().map(|e| e.name.to_string()));
                 if done {
                     break;
                 }
@@ -119,7 +138,8 @@ async fn read(
     }
     let mut records = Vec::with_capacity(names.len());
     for name in &names {
-        match call(answers, id, Op::Describe { record: name }).await? {
+        let raw = call(answers, id, Op::Describe { record: name }).await?;
+        match body(&raw)? {
             Body::Describe(info) => records.push(entry(&info)),
             other => return Err(format!("unexpected answer {other:?}")),
         }
@@ -129,7 +149,7 @@ async fn read(
 }
 
 /// One record as the manifest lists it.
-fn entry(i: &Info) -> Value {
+fn entry(i: &Info<'_, Host>) -> Value {
     let kind = match i.kind {
         Kind::Latest => "latest",
         Kind::Ring => "ring",

@@ -78,14 +78,14 @@ pub mod topics {
     pub const PRESENCE: &str = "dev/presence";
     /// Remote-access requests to the device on its framed link
     /// (`aimdb_core::remote`); through the gateway, under its prefix.
-    pub const REMOTE_REQ: &str = "aimdb/req";
+    pub const REMOTE_REQ: &str = aimdb_core::remote::proto::REQUEST;
     /// Remote-access answers from the device on its framed link.
-    pub const REMOTE_RSP: &str = "aimdb/rsp";
+    pub const REMOTE_RSP: &str = aimdb_core::remote::proto::RESPONSE;
     /// Remote-access requests to the MQTT device.
-    pub const MQTT_REMOTE_REQ: &str = "dev/aimdb/req";
+    pub const MQTT_REMOTE_REQ: &str = aimdb_core::remote_topic!("dev", request);
     /// Remote-access answers from the MQTT device.
-    pub const MQTT_REMOTE_RSP: &str = "dev/aimdb/rsp";
+    pub const MQTT_REMOTE_RSP: &str = aimdb_core::remote_topic!("dev", response);
     /// The MQTT device's manifest (JSON, retained): its records with
     /// kinds, types, topics and schema hashes.
-    pub const MQTT_MANIFEST: &str = "dev/aimdb/manifest";
+    pub const MQTT_MANIFEST: &str = aimdb_core::remote_topic!("dev", manifest);
 }

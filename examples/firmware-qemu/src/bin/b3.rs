@@ -49,7 +49,7 @@ use aimdb_core::inbound::{Dispatch, KeyedLink};
 use aimdb_core::outbound;
 use aimdb_core::outbound::{Routes, TopicWriter, Written};
 use aimdb_core::record::{Keyed, Latest, Record, Ring};
-use aimdb_core::remote::{Job, Op, Request};
+use aimdb_core::remote::{Op, Request};
 use aimdb_core::sync::Readiness;
 use cortex_m::peripheral::syst::SystClkSource;
 use cortex_m::peripheral::SYST;
@@ -520,31 +520,32 @@ fn framed(payload: &[u8]) {
 }
 
 /// The device's remote-access responder on its own description table: a
-/// request in the slot decoded and its answer encoded, which is what the
-/// connector's pull of the answer route does.
+/// request taken from the slot, decoded and run, and its answer encoded,
+/// which is what the connector's pull of the answer route does.
 fn remote() {
     let answers = device_app::REMOTE.answers();
-    let job = |op: Op<'_>| {
+    let request = |op: Op<'_>| {
         let mut buf = [0u8; 64];
         let Ok(bytes) = postcard::to_slice(&Request { id: 7, op }, &mut buf) else {
             fail("request fits")
         };
-        let Ok(v) = heapless::Vec::from_slice(bytes) else {
+        let Ok(v) = heapless::Vec::<u8, 64>::from_slice(bytes) else {
             fail("request fits the slot")
         };
-        Job::Request(v)
+        v
     };
     // A value to get (the record rows above use records of their own).
     device_app::READINGS.write(Reading {
         seq: 1,
         centi_celsius: 2100,
     });
-    let get = job(Op::Get { record: "readings" });
-    let describe = job(Op::Describe { record: "readings" });
+    let get = request(Op::Get { record: "readings" });
+    let describe = request(Op::Describe { record: "readings" });
     let mut out = [0u8; 192];
-    for (name, j) in [("remote_get", &get), ("remote_describe", &describe)] {
+    for (name, r) in [("remote_get", &get), ("remote_describe", &describe)] {
         row(name, |_| {
-            let Ok(n) = answers.encode(j, &mut out) else {
+            let job = device_app::REMOTE.run_request(r);
+            let Ok(n) = answers.encode(&job, &mut out) else {
                 fail("answer fits")
             };
             black_box(&out[..n]);

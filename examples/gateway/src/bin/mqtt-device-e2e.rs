@@ -348,7 +348,7 @@ where
 /// counted, `watch` decoding readings with their rate, and `stats` with
 /// the connector's link state.
 async fn looking_inside(port: u16) -> Result<(), String> {
-    use aimdb_core::remote::proto::{Body, Response};
+    use aimdb_core::remote::proto::{Body, Host, Response};
     use aimdb_core::remote::RequestError;
 
     // The manifest, retained: no aimdb code needed to read it.
@@ -384,7 +384,7 @@ async fn looking_inside(port: u16) -> Result<(), String> {
         publish_on(port, topics::MQTT_REMOTE_REQ, &[77, 0x7f])
     })
     .await?;
-    let r: Response<Body> = postcard::from_bytes(&answer).map_err(|e| e.to_string())?;
+    let r: Response<Body<'_, Host>> = postcard::from_bytes(&answer).map_err(|e| e.to_string())?;
     if (r.id, &r.result) != (77, &Err(RequestError::Malformed)) {
         return Err(format!("malformed request answered {r:?}"));
     }

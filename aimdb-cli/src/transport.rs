@@ -1,11 +1,12 @@
-//! Transports: a framed byte stream (TCP, serial) or MQTT, each reduced
-//! to a pair of channels carrying `(topic, payload)` messages, and the
-//! request/response [`Client`] on top of them.
+//! The transport to a node: a framed byte stream (TCP, serial) or an
+//! MQTT broker, each reduced to a pair of channels carrying
+//! `(topic, payload)` messages, and the request/response [`Client`] on
+//! top of them.
 
 use std::time::Duration;
 
 use aimdb_connectors::framed::frame::{self, Decoder, Event};
-use aimdb_core::remote::proto::{Body, Response};
+use aimdb_core::remote::proto::{self, Body, Host, Response};
 use aimdb_core::remote::{Op, Request, RequestError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -15,12 +16,8 @@ use crate::Fail;
 /// One message: topic and payload.
 pub type Msg = (String, Vec<u8>);
 
-/// Request and response topics on a framed link.
-pub const FRAMED_REQ: &str = "aimdb/req";
-pub const FRAMED_RSP: &str = "aimdb/rsp";
-
-/// How often a framed link sends a keep-alive (the firmware drops a link
-/// silent for 3 s; its own interval is 1 s).
+/// How often the framed transport sends a keep-alive (the firmware drops
+/// a connection silent for 3 s; its own interval is 1 s).
 const KEEP_ALIVE: Duration = Duration::from_millis(500);
 
 /// Largest frame we decode (answers are bounded by the node's buffers,
@@ -268,16 +265,36 @@ pub async fn mqtt(args: &MqttArgs<'_>, topics: &[String], timeout: Duration) -> 
     })
 }
 
-/// One answer from the node: the id it carries and the node's result.
+/// One answer from the node: the id it carries, and its bytes (the body
+/// borrows from them: [`Self::body`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reply {
     pub id: u32,
-    pub result: Result<Body, RequestError>,
+    bytes: Vec<u8>,
+}
+
+impl Reply {
+    /// An answer's bytes, if they decode.
+    pub fn new(bytes: Vec<u8>) -> Option<Self> {
+        let id = postcard::from_bytes::<Response<Body<'_, Host>>>(&bytes)
+            .ok()?
+            .id;
+        Some(Self { id, bytes })
+    }
+
+    /// The node's answer; its errors as [`Fail::Node`].
+    pub fn body(&self) -> Result<Body<'_, Host>, Fail> {
+        let r: Response<Body<'_, Host>> = postcard::from_bytes(&self.bytes)
+            .map_err(|e| Fail::Other(format!("answer does not decode: {e}")))?;
+        r.result.map_err(Fail::Node)
+    }
 }
 
 /// Requests and answers over a [`Conn`]: one at a time with [`Self::call`],
 /// or as a stream with [`Self::send`] and [`Self::recv`] (a watch's
-/// updates come under its request's id).
+/// updates come under its request's id). On a broker, requests can go to
+/// any node ([`Self::send_to`]) and every message can be read
+/// ([`Self::message`]).
 pub struct Client {
     conn: Conn,
     req: String,
@@ -287,7 +304,16 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn new(conn: Conn, req: String, rsp: String, timeout: Duration) -> Self {
+    /// A client of the node at MQTT topic prefix `node`, or (`None`) of
+    /// the node at the other end of a framed transport.
+    pub fn new(conn: Conn, node: Option<&str>, timeout: Duration) -> Self {
+        let (req, rsp) = match node {
+            Some(p) => (
+                proto::topic(p, proto::REQUEST),
+                proto::topic(p, proto::RESPONSE),
+            ),
+            None => (proto::REQUEST.into(), proto::RESPONSE.into()),
+        };
         // Ids start somewhere new each run, so a late answer to an earlier
         // run's request is not taken for ours.
         let seed = std::time::SystemTime::now()
@@ -312,13 +338,30 @@ impl Client {
     /// Sends `op` under a fresh id and returns the id, without waiting for
     /// an answer.
     pub async fn send(&mut self, op: Op<'_>) -> Result<u32, Fail> {
+        let req = self.req.clone();
+        self.send_to(req, op).await
+    }
+
+    /// Sends `op` on request topic `topic` (another node's) under a fresh
+    /// id and returns the id.
+    pub async fn send_to(&mut self, topic: String, op: Op<'_>) -> Result<u32, Fail> {
         let id = self.fresh_id();
         let bytes = postcard::to_stdvec(&Request { id, op })
             .map_err(|e| Fail::Other(format!("encode request: {e}")))?;
-        if self.conn.out.send((self.req.clone(), bytes)).await.is_err() {
+        if self.conn.out.send((topic, bytes)).await.is_err() {
             return Err(Fail::Unreachable("connection closed".into()));
         }
         Ok(id)
+    }
+
+    /// The next message on any topic; `None` once `deadline` has passed.
+    /// Cancel-safe.
+    pub async fn message(&mut self, deadline: tokio::time::Instant) -> Result<Option<Msg>, Fail> {
+        match tokio::time::timeout_at(deadline, self.conn.inc.recv()).await {
+            Err(_) => Ok(None),
+            Ok(None) => Err(Fail::Unreachable("connection closed".into())),
+            Ok(Some(m)) => Ok(Some(m)),
+        }
     }
 
     /// The next answer on the response topic, whatever its id; `None` once
@@ -327,19 +370,14 @@ impl Client {
     /// the call that returns it (or skips it).
     pub async fn recv(&mut self, deadline: tokio::time::Instant) -> Result<Option<Reply>, Fail> {
         loop {
-            let msg = match tokio::time::timeout_at(deadline, self.conn.inc.recv()).await {
-                Err(_) => return Ok(None),
-                Ok(None) => return Err(Fail::Unreachable("connection closed".into())),
-                Ok(Some(m)) => m,
+            let Some(msg) = self.message(deadline).await? else {
+                return Ok(None);
             };
             if msg.0 != self.rsp {
                 continue;
             }
-            if let Ok(r) = postcard::from_bytes::<Response<Body>>(&msg.1) {
-                return Ok(Some(Reply {
-                    id: r.id,
-                    result: r.result,
-                }));
+            if let Some(r) = Reply::new(msg.1) {
+                return Ok(Some(r));
             }
         }
     }
@@ -350,35 +388,36 @@ impl Client {
         &mut self,
         id: u32,
         deadline: tokio::time::Instant,
-    ) -> Result<Option<Result<Body, RequestError>>, Fail> {
+    ) -> Result<Option<Reply>, Fail> {
         while let Some(r) = self.recv(deadline).await? {
             if r.id == id {
-                return Ok(Some(r.result));
+                return Ok(Some(r));
             }
         }
         Ok(None)
     }
 
     /// Sends `op` and waits for the answer with its id (others are
-    /// ignored); asks once more if the node was busy.
-    pub async fn call(&mut self, op: Op<'_>) -> Result<Body, Fail> {
+    /// ignored); asks once more if the node was busy. An answer that is
+    /// not an error.
+    pub async fn call(&mut self, op: Op<'_>) -> Result<Reply, Fail> {
         let mut retried = false;
         loop {
             let id = self.send(op.clone()).await?;
             let deadline = tokio::time::Instant::now() + self.timeout;
-            let Some(result) = self.recv_id(id, deadline).await? else {
+            let Some(reply) = self.recv_id(id, deadline).await? else {
                 return Err(Fail::Timeout(format!(
                     "no answer within {:?}",
                     self.timeout
                 )));
             };
-            match result {
-                Err(RequestError::Busy) if !retried => {
+            match reply.body() {
+                Err(Fail::Node(RequestError::Busy)) if !retried => {
                     retried = true;
                     tokio::time::sleep(BUSY_PAUSE).await;
                 }
-                Err(e) => return Err(Fail::Node(e)),
-                Ok(body) => return Ok(body),
+                Err(e) => return Err(e),
+                Ok(_) => return Ok(reply),
             }
         }
     }
