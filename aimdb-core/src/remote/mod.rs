@@ -939,8 +939,9 @@ fn value_header(
     n: usize,
 ) -> Result<usize, EncodeError> {
     let mut header = [0u8; VALUE_HEADER_MAX];
-    let h =
-        crate::codec::Postcard.encode(&proto::ValueHeader { id, writes, len: n }, &mut header)?;
+    let h = proto::ValueHeader { id, writes, len: n }
+        .encode(&mut header)
+        .ok_or(EncodeError::BufferTooSmall)?;
     buf.copy_within(room..room + n, h);
     buf[..h].copy_from_slice(&header[..h]);
     Ok(h + n)

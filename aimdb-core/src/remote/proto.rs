@@ -452,10 +452,33 @@ const fn varint_len(v: u64) -> usize {
     bits.div_ceil(7)
 }
 
-impl Serialize for ValueHeader {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+impl ValueHeader {
+    /// Writes the header at the start of `out`: its length; `None` if
+    /// `out` is too short. Postcard by hand (six varints and tags), so
+    /// a `get` runs no serializer for it.
+    #[inline(always)]
+    pub(crate) fn encode(&self, out: &mut [u8]) -> Option<usize> {
         // id, Ok (variant 0), Value (variant 3), writes, Some, length.
-        (self.id, 0u32, 3u32, self.writes, 1u8, self.len).serialize(s)
+        let at = varint(u64::from(self.id), out, 0)?;
+        out.get_mut(at..at + 2)?.copy_from_slice(&[0, 3]);
+        let at = varint(self.writes, out, at + 2)?;
+        *out.get_mut(at)? = 1;
+        varint(self.len as u64, out, at + 1)
+    }
+}
+
+/// `v` as a postcard varint at `out[at..]`: the index behind it.
+#[inline(always)]
+fn varint(mut v: u64, out: &mut [u8], mut at: usize) -> Option<usize> {
+    loop {
+        let b = out.get_mut(at)?;
+        at += 1;
+        if v < 0x80 {
+            *b = v as u8;
+            return Some(at);
+        }
+        *b = v as u8 | 0x80;
+        v >>= 7;
     }
 }
 

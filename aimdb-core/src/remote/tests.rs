@@ -511,8 +511,15 @@ fn the_value_header_is_the_derived_encoding_s_start() {
             }),
         })
         .unwrap();
-        let header = postcard::to_allocvec(&proto::ValueHeader { id, writes, len }).unwrap();
+        let mut buf = [0u8; 23];
+        let h = proto::ValueHeader { id, writes, len }
+            .encode(&mut buf)
+            .unwrap();
+        let header = buf[..h].to_vec();
         assert_eq!(&whole[..header.len()], &header[..]);
+        // One byte short: no header.
+        let short = proto::ValueHeader { id, writes, len }.encode(&mut buf[..h - 1]);
+        assert_eq!(short, None);
         assert_eq!(&whole[header.len()..], &value[..]);
         // The room kept for it is exact for a value of the buffer's size.
         assert_eq!(proto::ValueHeader::room(id, writes, len), header.len());
