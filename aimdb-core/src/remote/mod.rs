@@ -881,27 +881,13 @@ const VALUE_HEADER_MAX: usize = 5 + 3 + 10 + 5;
 
 /// A `get`: the value is encoded straight into `buf` behind room for the
 /// header, then the header is written in front of it (no second buffer).
-/// The room is [`VALUE_HEADER_MAX`]; a value that does not fit behind it
-/// is tried once more behind the room this id, write count and buffer
-/// need at most ([`get_tight`]), so small buffers carry small values.
+/// The room is what the header of this id and write count takes at most
+/// with a value as long as `buf`, so small buffers carry small values.
 fn get(buf: &mut [u8], id: u32, d: &Description) -> Result<usize, EncodeError> {
     let writes = d.access.writes();
-    get_behind(buf, id, d, writes, VALUE_HEADER_MAX)
-        .unwrap_or_else(|| get_tight(buf, id, d, writes))
-}
-
-/// A `get` whose value did not fit behind [`VALUE_HEADER_MAX`] bytes:
-/// tried behind the exact room, else `TooLarge`.
-#[cold]
-#[inline(never)]
-fn get_tight(buf: &mut [u8], id: u32, d: &Description, writes: u64) -> Result<usize, EncodeError> {
     let room = proto::ValueHeader::room(id, writes, buf.len());
-    let answer = if room < VALUE_HEADER_MAX {
-        get_behind(buf, id, d, writes, room)
-    } else {
-        None
-    };
-    answer.unwrap_or_else(|| respond(buf, id, Err(RequestError::TooLarge)))
+    get_behind(buf, id, d, writes, room)
+        .unwrap_or_else(|| respond(buf, id, Err(RequestError::TooLarge)))
 }
 
 /// The answer to a `get` with the value encoded behind `room` bytes;

@@ -446,10 +446,16 @@ impl ValueHeader {
     }
 }
 
-/// Bytes of `v` as a postcard varint.
-const fn varint_len(v: u64) -> usize {
-    let bits = 64 - (v | 1).leading_zeros() as usize;
-    bits.div_ceil(7)
+/// Bytes of `v` as a postcard varint (a loop, not a count of leading
+/// zeros: Cortex-M0 has no instruction for those).
+#[inline(always)]
+const fn varint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
 }
 
 impl ValueHeader {
