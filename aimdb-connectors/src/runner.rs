@@ -534,9 +534,6 @@ impl<'l> Runner<'l> {
             if d.engine.pending() {
                 d.engine.received(0, now, d.sink);
             }
-            if st.closing.is_some() && d.engine.closed() && self.drained(d.engine) {
-                return Outcome::Stopped;
-            }
             // Offering and writing never wait: one poll of the task.
             let wrote = poll_fn(|cx| {
                 if st.closing.is_none() {
@@ -546,6 +543,11 @@ impl<'l> Runner<'l> {
                 Poll::Ready(self.write_now(d, &mut tx, &mut st, now, cx))
             })
             .await;
+            if st.closing.is_some() && d.engine.closed() && self.drained(d.engine) && !st.unflushed
+            {
+                // The goodbye is written and flushed.
+                return Outcome::Stopped;
+            }
             let ended = d.engine.ended().is_some();
             if ended || wrote && (self.held.is_some() || d.engine.pending()) {
                 // The write ended the connection; or room was made: the
@@ -970,5 +972,135 @@ mod tests {
         };
         let end = poll_bounded(runner.one(&mut d, Broken, Broken), 16);
         assert_eq!(end, Some(Cause::Transport));
+    }
+    /// Keeps written bytes until a flush hands them on (a buffered UART
+    /// or socket): what is never flushed never arrives. Each flush waits
+    /// once before it completes, as a UART draining its buffer does.
+    struct Staged<W> {
+        inner: W,
+        staged: std::vec::Vec<u8>,
+        waited: bool,
+    }
+
+    impl<W: Write<Error = ErrorKind>> ErrorType for Staged<W> {
+        type Error = ErrorKind;
+    }
+
+    impl<W: Write<Error = ErrorKind>> Write for Staged<W> {
+        async fn write(&mut self, buf: &[u8]) -> Result<usize, ErrorKind> {
+            self.staged.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        async fn flush(&mut self) -> Result<(), ErrorKind> {
+            core::future::poll_fn(|cx| {
+                if core::mem::replace(&mut self.waited, true) {
+                    Poll::Ready(())
+                } else {
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+            })
+            .await;
+            self.waited = false;
+            self.inner.write_all(&self.staged).await?;
+            self.staged.clear();
+            Ok(())
+        }
+    }
+
+    /// A stop ends the run only once the goodbye is written and flushed:
+    /// the broker receives the DISCONNECT.
+    #[cfg(feature = "mqtt")]
+    #[test]
+    fn a_stop_ends_the_run_after_the_goodbye_is_flushed() {
+        use core::sync::atomic::{AtomicBool, Ordering};
+
+        use crate::loopback::Pair;
+        use crate::mqtt;
+        use crate::reconnect::{Backoff, Reconnect, Stopped};
+
+        static PAIR: Pair<Cs, 256> = Pair::new();
+        static STATS: mqtt::Counters = mqtt::Counters::new();
+        static READY: Readiness<1> = Readiness::new();
+        static STOP: AtomicBool = AtomicBool::new(false);
+        let (mut rx, mut tx) = ([0u8; 128], [0u8; 128]);
+        let mut config = mqtt::Config::new("t");
+        // No presence: the goodbye is the DISCONNECT alone.
+        config.presence = None;
+        let mut engine = mqtt::Engine::new(&config, &mut rx, &mut tx, &STATS).unwrap();
+        let mut sink = Dispatch::<1, 1>::builder().build().unwrap();
+        let mut source = Routes::<_, 1, 1>::builder(&READY, &mut []).build().unwrap();
+        let mut runner = Runner::new();
+        let mut d = Drive {
+            engine: &mut engine,
+            clock: &Frozen,
+            sink: &mut sink,
+            source: &mut source,
+        };
+        let (client_rx, client_tx) = PAIR.a();
+        let mut connect = (
+            client_rx,
+            Staged {
+                inner: client_tx,
+                staged: std::vec::Vec::new(),
+                waited: false,
+            },
+        );
+        let settings = super::Settings {
+            reconnect: Reconnect::Never,
+            backoff: Backoff::default(),
+            connect_timeout: None,
+            close_timeout: core::time::Duration::from_secs(5),
+        };
+        let stop = core::future::poll_fn(|_| {
+            if STOP.load(Ordering::Relaxed) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        let mut run = core::pin::pin!(runner.run(&mut d, &mut connect, &settings, stop));
+        let mut cx = Context::from_waker(Waker::noop());
+        let (mut broker_rx, mut broker_tx) = PAIR.b();
+        let mut got = [0u8; 64];
+        let mut read_all = |rx: &mut crate::loopback::PipeReader<'static, Cs, 256>| {
+            let mut out = std::vec::Vec::new();
+            while !PAIR.a_to_b().is_empty() {
+                let n = poll_bounded(rx.read(&mut got), 1).unwrap().unwrap();
+                out.extend_from_slice(&got[..n]);
+            }
+            out
+        };
+        assert!(run.as_mut().poll(&mut cx).is_pending());
+        let connect_packet = read_all(&mut broker_rx);
+        assert_eq!(
+            connect_packet.first().map(|b| b >> 4),
+            Some(1),
+            "CONNECT flushed"
+        );
+        // CONNACK: no session, success.
+        poll_bounded(broker_tx.write_all(&[0x20, 0x03, 0x00, 0x00, 0x00]), 1)
+            .unwrap()
+            .unwrap();
+        for _ in 0..4 {
+            assert!(run.as_mut().poll(&mut cx).is_pending());
+        }
+        assert!(STATS.is_connected());
+        read_all(&mut broker_rx);
+        STOP.store(true, Ordering::Relaxed);
+        let mut done = None;
+        for _ in 0..16 {
+            if let Poll::Ready(s) = run.as_mut().poll(&mut cx) {
+                done = Some(s);
+                break;
+            }
+        }
+        assert_eq!(done, Some(Stopped::Requested));
+        let bye = read_all(&mut broker_rx);
+        assert_eq!(
+            bye.first(),
+            Some(&0xe0),
+            "the DISCONNECT reached the broker"
+        );
     }
 }
