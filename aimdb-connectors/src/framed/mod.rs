@@ -136,7 +136,6 @@ use embedded_io_async::{ErrorKind, Read, Write};
 
 use crate::clock::{Clock, Frozen};
 use crate::connect::Connect;
-use crate::counters::counter_set;
 use crate::reconnect::{Backoff, Reconnect, Stopped};
 use crate::runner::{Drive, Runner, Settings};
 pub use engine::Engine;
@@ -182,7 +181,7 @@ impl fmt::Display for Error {
 
 impl core::error::Error for Error {}
 
-counter_set! {
+aimdb_core::counter_set! {
     /// Counters of one connector, readable from any task while it runs.
     pub struct Counters;
     /// A copy of [`Counters`] at one moment.

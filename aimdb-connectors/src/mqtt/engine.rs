@@ -32,6 +32,7 @@ use super::packet::{
 use super::{Cause, Presence};
 use crate::clock::Instant;
 use crate::engine::{Failure, Io, IoEnd, Offer};
+use aimdb_core::counters::bump;
 
 /// Inbound QoS 2 publishes we have PUBREC'd and await PUBREL for, at most:
 /// CONNECT announces it as our receive maximum.
@@ -650,14 +651,14 @@ impl crate::engine::Engine for Engine<'_> {
     fn offer(&mut self, m: &Message<'_>, now: Instant) -> Offer {
         match self.publish(m.topic, m.payload, m.qos, m.retain) {
             Ok(()) => {
-                self.counters.bump_sent();
+                bump(&self.counters.sent, 1);
                 self.counters.add_lagged(m.lagged);
                 self.liveness(false, now);
                 Offer::Accepted
             }
             Err(PubError::Busy) => Offer::Busy,
             Err(PubError::TooLarge) => {
-                self.counters.bump_dropped();
+                bump(&self.counters.dropped, 1);
                 Offer::TooLarge
             }
         }
@@ -683,7 +684,7 @@ impl crate::engine::Engine for Engine<'_> {
         }
         if let (Some(t), Some(since)) = (self.settings.ack_timeout, self.c.owed_since) {
             if now >= since + t {
-                self.counters.bump_ack_timeouts();
+                bump(&self.counters.ack_timeouts, 1);
                 return self.fail(Cause::AckTimeout);
             }
         }
@@ -757,7 +758,7 @@ impl crate::engine::Engine for Engine<'_> {
             Failure::Timeout => Cause::ConnectTimeout,
             Failure::Ended(c) => c,
         };
-        self.counters.bump_connect_failures();
+        bump(&self.counters.connect_failures, 1);
         self.counters.set_last_error(cause);
         if crate::log_shim::worth_logging(self.counters.connect_failures()) {
             log_warn!("mqtt: connection attempt failed: {}", cause);
@@ -766,7 +767,7 @@ impl crate::engine::Engine for Engine<'_> {
 
     fn came_up(&mut self, again: bool) {
         if again {
-            self.counters.bump_reconnects();
+            bump(&self.counters.reconnects, 1);
         }
         self.counters.set_connected(true);
     }
@@ -780,7 +781,7 @@ impl crate::engine::Engine for Engine<'_> {
     }
 
     fn wrote(&mut self) {
-        self.counters.bump_writes();
+        bump(&self.counters.writes, 1);
     }
 
     fn has_output(&self) -> bool {
