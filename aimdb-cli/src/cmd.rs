@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use aimdb_core::link::{LinkState, Status};
+use aimdb_core::presence::{LinkState, Status};
 use aimdb_core::remote::proto::{Body, ConnectorStats, Entry, Info};
 use aimdb_core::remote::{Op, ResponderStats};
 use serde_json::{json, Value};

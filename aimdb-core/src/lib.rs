@@ -219,8 +219,8 @@ pub mod connector;
 #[doc(hidden)]
 pub mod counters;
 pub mod inbound;
-pub mod link;
 pub mod outbound;
+pub mod presence;
 pub mod record;
 #[cfg(feature = "remote")]
 #[cfg_attr(docsrs, doc(cfg(feature = "remote")))]

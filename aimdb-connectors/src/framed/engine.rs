@@ -2,7 +2,7 @@
 //! outbox, with no I/O and no clock.
 
 use aimdb_core::connector::{FrameSink, Message};
-use aimdb_core::link::Cause;
+use aimdb_core::presence::Cause;
 
 use super::frame::{self, Decoder, Event, FrameError};
 use super::{Config, Counters, Error, Heartbeat, MAX_ENCODED, MAX_FRAME};

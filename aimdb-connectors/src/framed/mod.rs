@@ -130,7 +130,7 @@ use core::fmt;
 use core::time::Duration;
 
 use aimdb_core::connector::{FrameSink, MessageSource};
-use aimdb_core::link::{Cause, LinkState};
+use aimdb_core::presence::{Cause, LinkState};
 use aimdb_core::record::Sink;
 use embedded_io_async::{ErrorKind, Read, Write};
 
@@ -482,7 +482,7 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
     /// #     r: &mut dyn aimdb_core::connector::MessageSource) {
     /// use core::time::Duration;
     /// use aimdb_connectors::framed::{Config, Counters, Framed, Heartbeat};
-    /// use aimdb_core::link::LinkState;
+    /// use aimdb_core::presence::LinkState;
     /// use aimdb_core::record::{Latest, Record};
     /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
     ///

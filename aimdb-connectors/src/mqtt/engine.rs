@@ -21,7 +21,7 @@ use core::time::Duration;
 
 use aimdb_core::codec::Encode;
 use aimdb_core::connector::{FrameSink, Message, QoS};
-use aimdb_core::link::{self, LinkState, PresenceJson, PRESENCE_MAX};
+use aimdb_core::presence::{self, LinkState, PresenceJson, PRESENCE_MAX};
 use aimdb_core::topic::MAX_TOPIC_LEN;
 
 use super::counters::Counters;
@@ -382,7 +382,7 @@ impl<'a> Engine<'a> {
             }
             Phase::Subscribing if self.c.suback.is_none() => self.subscribe_next(sink)?,
             Phase::Bye { queued: false } => {
-                let bye = LinkState::offline(self.c.birth, link::Cause::Stopped);
+                let bye = LinkState::offline(self.c.birth, presence::Cause::Stopped);
                 self.announce_then(bye, Phase::Bye { queued: true })?;
             }
             Phase::Bye { queued: true } if quiet => self.leave_when_idle(),
@@ -540,7 +540,7 @@ pub(super) fn will_payload(seq: u64) -> [u8; WILL_LEN] {
     let mut out = [b' '; WILL_LEN];
     // 64 bytes hold the longest `lost` payload (45 + 20 digits fit: see
     // the unit test); padding stays spaces.
-    let _ = PresenceJson.encode(&LinkState::offline(seq, link::Cause::Lost), &mut out);
+    let _ = PresenceJson.encode(&LinkState::offline(seq, presence::Cause::Lost), &mut out);
     out
 }
 
@@ -743,12 +743,12 @@ impl crate::engine::Engine for Engine<'_> {
                 })
     }
 
-    fn cause(end: Cause) -> link::Cause {
+    fn cause(end: Cause) -> presence::Cause {
         match end {
-            Cause::Transport => link::Cause::Io,
-            Cause::Protocol => link::Cause::Protocol,
-            Cause::AckTimeout => link::Cause::Silent,
-            _ => link::Cause::Closed,
+            Cause::Transport => presence::Cause::Io,
+            Cause::Protocol => presence::Cause::Protocol,
+            Cause::AckTimeout => presence::Cause::Silent,
+            _ => presence::Cause::Closed,
         }
     }
 

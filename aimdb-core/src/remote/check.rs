@@ -196,7 +196,7 @@ mod verifier {
     use crate::codec::Decode;
     use crate::connector::DispatchError;
     use crate::counters::bump;
-    use crate::link::{LinkState, Status};
+    use crate::presence::{LinkState, Status};
     use crate::record::{Kind, RecvError, Source};
     use crate::remote::proto::{Body, Op, Request, RequestError, Response};
 
@@ -483,7 +483,7 @@ mod tests {
 
     use super::*;
     use crate::codec::Postcard;
-    use crate::link::{Cause, LinkState};
+    use crate::presence::{Cause, LinkState};
     use crate::record::{Kind, Latest, Record, Source as _};
     use crate::remote::proto::{Body, Entry, Op, RequestError, Response};
     use crate::remote::Verifier;

@@ -100,7 +100,7 @@
 //! # #[cfg(feature = "alloc")] {
 //! use aimdb_core::codec::Postcard;
 //! use aimdb_core::inbound::{Dispatch, Link};
-//! use aimdb_core::link::LinkState;
+//! use aimdb_core::presence::LinkState;
 //! use aimdb_core::outbound;
 //! use aimdb_core::record::{Latest, Record, Ring};
 //! use aimdb_core::remote::{Check, Checked, Verdict, Verifier};
@@ -149,7 +149,7 @@ use serde::Serialize;
 use crate::codec::{Decode, Encode, EncodeError};
 use crate::connector::DispatchError;
 use crate::counters::bump;
-use crate::link::LinkState;
+use crate::presence::LinkState;
 use crate::record::{Buffer, Kind, Latest, Record, RecvError, Source};
 use proto::{BodyRef, Response};
 pub use proto::{Codec, Op, Request, RequestError};

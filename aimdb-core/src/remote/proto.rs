@@ -282,7 +282,7 @@ mod owned {
     use serde::{Deserialize, Serialize};
 
     use super::{Codec, Kind};
-    use crate::link::LinkState;
+    use crate::presence::LinkState;
     use crate::remote::LinkCounters;
 
     /// A response body as a host decodes it (same wire as
