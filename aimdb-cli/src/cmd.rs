@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use aimdb_core::link::{LinkState, Status};
+use aimdb_core::presence::{LinkState, Status};
 use aimdb_core::remote::proto::{self, Body};
 use aimdb_core::remote::{Op, ResponderStats};
 use postcard_schema::schema::owned::OwnedNamedType;

@@ -44,7 +44,7 @@
 //! bytes handed in or the buffers' size.
 
 use aimdb_core::connector::{FrameSink, Message};
-use aimdb_core::link::Cause;
+use aimdb_core::presence::Cause;
 use embedded_io_async::ErrorKind;
 
 use crate::clock::Instant;

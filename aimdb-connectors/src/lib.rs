@@ -236,7 +236,6 @@ pub(crate) use counted;
 
 pub mod clock;
 pub mod connect;
-mod counters;
 #[cfg(feature = "embassy-net")]
 pub mod embassy_net;
 pub mod engine;

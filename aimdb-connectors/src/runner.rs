@@ -41,7 +41,7 @@ use core::task::{Context, Poll};
 use core::time::Duration;
 
 use aimdb_core::connector::{FrameSink, MessageSource, Ready};
-use aimdb_core::link::{self, LinkState};
+use aimdb_core::presence::{self, LinkState};
 use aimdb_core::record::Sink;
 use embassy_futures::select::{select, select3, Either, Either3};
 use embedded_io_async::{Error as _, ErrorKind, Read, Write};
@@ -393,7 +393,8 @@ impl<'l> Runner<'l> {
         if engine.link_seq().is_some() {
             engine.went_down(None);
         }
-        self.link.set(LinkState::offline(seq, link::Cause::Stopped));
+        self.link
+            .set(LinkState::offline(seq, presence::Cause::Stopped));
         Stopped::Requested
     }
 

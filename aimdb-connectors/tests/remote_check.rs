@@ -16,9 +16,9 @@ use aimdb_core::codec::Postcard;
 use aimdb_core::connector::InboundStats;
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;
-use aimdb_core::link::LinkState;
 use aimdb_core::outbound;
 use aimdb_core::outbound::Routes;
+use aimdb_core::presence::LinkState;
 use aimdb_core::record::{Latest, Record, Ring};
 use aimdb_core::remote::{
     proto, schema_hash, Check, Checked, Description, Responder, Verdict, Verifier, VerifierStats,

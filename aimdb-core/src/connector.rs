@@ -57,6 +57,7 @@ use core::future::poll_fn;
 use core::task::{Context, Poll};
 
 use crate::codec::DecodeError;
+pub use inbound_counters::InboundStats;
 
 /// One outbound message, borrowed from its source until the next poll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,61 +167,54 @@ impl fmt::Display for DispatchError {
 }
 impl core::error::Error for DispatchError {}
 
-/// Counters of an inbound table: record writes made and each rejection
-/// reason. Counters wrap at `u32::MAX`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct InboundStats {
-    /// Record writes made.
-    pub delivered: u32,
-    /// [`DispatchError::UnknownTopic`].
-    pub unknown_topic: u32,
-    /// [`DispatchError::TopicNotUtf8`].
-    pub topic_not_utf8: u32,
-    /// [`DispatchError::InvalidTopic`].
-    pub invalid_topic: u32,
-    /// [`DispatchError::WildcardInTopic`].
-    pub wildcard_in_topic: u32,
-    /// [`DispatchError::TopicTooLong`].
-    pub topic_too_long: u32,
-    /// [`DispatchError::MalformedPayload`].
-    pub malformed_payload: u32,
-    /// [`DispatchError::PayloadTooLarge`].
-    pub payload_too_large: u32,
-    /// [`DispatchError::KeyTableFull`].
-    pub key_table_full: u32,
-    /// [`DispatchError::KeyInvalid`].
-    pub key_invalid: u32,
-    /// [`DispatchError::SchemaUnverified`].
-    pub schema_unverified: u32,
-    /// [`DispatchError::SchemaMismatch`].
-    pub schema_mismatch: u32,
-    /// Retained messages skipped by links that do not apply them (not a
-    /// rejection; see [`FrameSink::dispatch_retained`]).
-    pub retained_ignored: u32,
+/// The inbound counter set: [`InboundStats`] (re-exported here) and its
+/// atomics (public as `inbound::Counters`), from one field list.
+pub(crate) mod inbound_counters {
+    crate::counter_set! {
+        /// A [`Dispatch`](crate::inbound::Dispatch)'s [`InboundStats`] as atomics, readable from
+        /// any task, thread or interrupt while the connector that owns the
+        /// `Dispatch` runs (its own [`InboundStats`] are only reachable through it). Give
+        /// it to [`Builder::counters`](crate::inbound::Builder::counters); the
+        /// dispatch is the only writer, so each update is a load and a store (no
+        /// read-modify-write: fine on `thumbv6m`). `const fn new()`, for a
+        /// `static`.
+        pub struct Counters;
+        /// Counters of an inbound table: record writes made and each rejection
+        /// reason. Counters wrap at `u32::MAX`.
+        pub struct InboundStats {
+            /// Record writes made.
+            delivered,
+            /// [`DispatchError::UnknownTopic`](super::DispatchError::UnknownTopic).
+            unknown_topic,
+            /// [`DispatchError::TopicNotUtf8`](super::DispatchError::TopicNotUtf8).
+            topic_not_utf8,
+            /// [`DispatchError::InvalidTopic`](super::DispatchError::InvalidTopic).
+            invalid_topic,
+            /// [`DispatchError::WildcardInTopic`](super::DispatchError::WildcardInTopic).
+            wildcard_in_topic,
+            /// [`DispatchError::TopicTooLong`](super::DispatchError::TopicTooLong).
+            topic_too_long,
+            /// [`DispatchError::MalformedPayload`](super::DispatchError::MalformedPayload).
+            malformed_payload,
+            /// [`DispatchError::PayloadTooLarge`](super::DispatchError::PayloadTooLarge).
+            payload_too_large,
+            /// [`DispatchError::KeyTableFull`](super::DispatchError::KeyTableFull).
+            key_table_full,
+            /// [`DispatchError::KeyInvalid`](super::DispatchError::KeyInvalid).
+            key_invalid,
+            /// [`DispatchError::SchemaUnverified`](super::DispatchError::SchemaUnverified).
+            schema_unverified,
+            /// [`DispatchError::SchemaMismatch`](super::DispatchError::SchemaMismatch).
+            schema_mismatch,
+            /// Retained messages skipped by links that do not apply them (not a
+            /// rejection; see
+            /// [`FrameSink::dispatch_retained`](crate::connector::FrameSink::dispatch_retained)).
+            retained_ignored,
+        }
+    }
 }
 
 impl InboundStats {
-    /// Every rejection reason, in field order.
-    pub(crate) const REASONS: usize = 11;
-
-    /// Index of `e`'s reason in field order (`0..REASONS`).
-    pub(crate) const fn index(e: DispatchError) -> usize {
-        match e {
-            DispatchError::UnknownTopic => 0,
-            DispatchError::TopicNotUtf8 => 1,
-            DispatchError::InvalidTopic => 2,
-            DispatchError::WildcardInTopic => 3,
-            DispatchError::TopicTooLong => 4,
-            DispatchError::MalformedPayload(_) => 5,
-            DispatchError::PayloadTooLarge => 6,
-            DispatchError::KeyTableFull => 7,
-            DispatchError::KeyInvalid => 8,
-            DispatchError::SchemaUnverified => 9,
-            DispatchError::SchemaMismatch => 10,
-        }
-    }
-
     fn slot(&mut self, e: DispatchError) -> &mut u32 {
         match e {
             DispatchError::UnknownTopic => &mut self.unknown_topic,

@@ -214,9 +214,13 @@ mod packed;
 pub mod codec;
 mod config;
 pub mod connector;
+// The counter-set macro and its single-writer bump, shared with the
+// connectors crate; not an API of its own.
+#[doc(hidden)]
+pub mod counters;
 pub mod inbound;
-pub mod link;
 pub mod outbound;
+pub mod presence;
 pub mod record;
 #[cfg(feature = "remote")]
 #[cfg_attr(docsrs, doc(cfg(feature = "remote")))]

@@ -53,7 +53,7 @@ use std::task::{Context, Poll, Waker};
 use aimdb_core::codec::{Decode, Postcard};
 use aimdb_core::connector::{DispatchError, InboundStats};
 use aimdb_core::inbound::{self, Dispatch};
-use aimdb_core::link::LinkState;
+use aimdb_core::presence::LinkState;
 use aimdb_core::outbound::{self, Routes};
 use aimdb_core::record::{Buffer, Kind, Latest, Mailbox, Reader, Record, Ring, TryRecvError};
 use aimdb_core::remote::proto::{self, ConnectorStats, Entry, Host, RecordStats, Response, PAGE};

@@ -2,13 +2,13 @@
 //! outbox, with no I/O and no clock.
 
 use aimdb_core::connector::{FrameSink, Message};
-use aimdb_core::link::Cause;
+use aimdb_core::presence::Cause;
 
 use super::frame::{self, Decoder, Event, FrameError};
 use super::{Config, Counters, Error, Heartbeat, MAX_ENCODED, MAX_FRAME};
 use crate::clock::Instant;
-use crate::counters::bump;
 use crate::engine::{Failure, Io, IoEnd, Offer};
+use aimdb_core::counters::bump;
 
 /// Bytes read from the transport per `read` call.
 const READ_CHUNK: usize = 64;

@@ -130,13 +130,12 @@ use core::fmt;
 use core::time::Duration;
 
 use aimdb_core::connector::{FrameSink, MessageSource};
-use aimdb_core::link::{Cause, LinkState};
+use aimdb_core::presence::{Cause, LinkState};
 use aimdb_core::record::Sink;
 use embedded_io_async::{ErrorKind, Read, Write};
 
 use crate::clock::{Clock, Frozen};
 use crate::connect::Connect;
-use crate::counters::counter_set;
 use crate::reconnect::{Backoff, Reconnect, Stopped};
 use crate::runner::{Drive, Runner, Settings};
 pub use engine::Engine;
@@ -182,7 +181,7 @@ impl fmt::Display for Error {
 
 impl core::error::Error for Error {}
 
-counter_set! {
+aimdb_core::counter_set! {
     /// Counters of one connector, readable from any task while it runs.
     pub struct Counters;
     /// A copy of [`Counters`] at one moment.
@@ -483,7 +482,7 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
     /// #     r: &mut dyn aimdb_core::connector::MessageSource) {
     /// use core::time::Duration;
     /// use aimdb_connectors::framed::{Config, Counters, Framed, Heartbeat};
-    /// use aimdb_core::link::LinkState;
+    /// use aimdb_core::presence::LinkState;
     /// use aimdb_core::record::{Latest, Record};
     /// use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
     ///

@@ -1,103 +1,72 @@
 //! Counters a running connector updates and anyone may read.
 
+use aimdb_core::counters::bump;
 use portable_atomic::{AtomicBool, AtomicU32, Ordering};
 
 use super::Cause;
 
-/// Live counters of one MQTT connector.
-///
-/// The connector is the only writer, so each bump is a `load` and a
-/// `store` rather than a read-modify-write: no CAS is needed, which keeps
-/// this usable on `thumbv6m` without a critical-section fallback. Readers on
-/// other tasks, threads or interrupt handlers see each counter move
-/// monotonically (wrapping at `u32::MAX`).
-///
-/// `const fn new()`, so it can live in a `static`.
-#[derive(Debug, Default)]
-pub struct Counters {
-    sent: AtomicU32,
-    received: AtomicU32,
-    rejected: AtomicU32,
-    dropped: AtomicU32,
-    reconnects: AtomicU32,
-    connect_failures: AtomicU32,
-    ack_timeouts: AtomicU32,
-    cleared: AtomicU32,
-    lagged: AtomicU32,
-    writes: AtomicU32,
-    acked: AtomicU32,
-    in_flight: AtomicU32,
-    /// [`Cause::pack`]ed, 0: none yet.
-    last_error: AtomicU32,
-    connected: AtomicBool,
-}
-
-/// A copy of [`Counters`] at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// Messages handed to the broker connection (QoS 0 written; QoS 1/2
-    /// admitted to the session, which retransmits them until acknowledged).
-    pub sent: u32,
-    /// Publishes received from the broker and handed to the frame sink.
-    pub received: u32,
-    /// Received publishes the frame sink rejected (unknown topic, malformed
-    /// payload, …; the sink's own stats say which).
-    pub rejected: u32,
-    /// Outbound messages that could not be sent: too large for the
-    /// session buffers, or refused by the broker's limits.
-    pub dropped: u32,
-    /// Successful connections after the first one.
-    pub reconnects: u32,
-    /// Connection attempts that failed (TCP connect, MQTT handshake,
-    /// subscription, or the connect timeout).
-    pub connect_failures: u32,
-    /// Connections dropped because the broker stayed silent past the
-    /// acknowledgement timeout with publishes unacknowledged
-    /// ([`Config::ack_timeout`](super::Config::ack_timeout)).
-    pub ack_timeouts: u32,
-    /// Received publishes with an empty payload: MQTT's way to clear a
-    /// retained message. Not dispatched, not rejected.
-    pub cleared: u32,
-    /// Values outbound `Ring` routes lost before they could be sent
-    /// (the reader fell behind, e.g. while the broker was away); wraps.
-    pub lagged: u32,
-    /// Writes to the transport (each a system call on a host socket):
-    /// with [`Mqtt::with_write_buffer`](super::Mqtt::with_write_buffer),
-    /// messages ready together share one; wraps.
-    pub writes: u32,
-    /// QoS 1/2 publishes the broker has acknowledged (PUBACK, or PUBCOMP
-    /// at QoS 2), whatever its reason code; wraps.
-    pub acked: u32,
-    /// QoS 1/2 publishes admitted to the session and not yet
-    /// acknowledged, right now: retransmitted on a resumed session,
-    /// discarded with a new one.
-    pub in_flight: u32,
-    /// Whether the connector is connected and subscribed right now.
-    pub connected: bool,
+aimdb_core::counter_set! {
+    /// Live counters of one MQTT connector.
+    ///
+    /// The connector is the only writer, so each bump is a `load` and a
+    /// `store` rather than a read-modify-write: no CAS is needed, which keeps
+    /// this usable on `thumbv6m` without a critical-section fallback. Readers on
+    /// other tasks, threads or interrupt handlers see each counter move
+    /// monotonically (wrapping at `u32::MAX`).
+    ///
+    /// `const fn new()` (all zero, not connected), so it can live in a
+    /// `static`.
+    pub struct Counters {
+        /// [`Cause::pack`]ed, 0: none yet.
+        last_error: AtomicU32 = AtomicU32::new(0),
+        connected: AtomicBool = AtomicBool::new(false),
+    }
+    /// A copy of [`Counters`] at one moment.
+    pub struct Stats {
+        /// Messages handed to the broker connection (QoS 0 written; QoS 1/2
+        /// admitted to the session, which retransmits them until acknowledged).
+        sent,
+        /// Publishes received from the broker and handed to the frame sink.
+        received,
+        /// Received publishes the frame sink rejected (unknown topic, malformed
+        /// payload, …; the sink's own stats say which).
+        rejected,
+        /// Outbound messages that could not be sent: too large for the
+        /// session buffers, or refused by the broker's limits.
+        dropped,
+        /// Successful connections after the first one.
+        reconnects,
+        /// Connection attempts that failed (TCP connect, MQTT handshake,
+        /// subscription, or the connect timeout).
+        connect_failures,
+        /// Connections dropped because the broker stayed silent past the
+        /// acknowledgement timeout with publishes unacknowledged
+        /// ([`Config::ack_timeout`](super::Config::ack_timeout)).
+        ack_timeouts,
+        /// Received publishes with an empty payload: MQTT's way to clear a
+        /// retained message. Not dispatched, not rejected.
+        cleared,
+        /// Values outbound `Ring` routes lost before they could be sent
+        /// (the reader fell behind, e.g. while the broker was away); wraps.
+        lagged,
+        /// Writes to the transport (each a system call on a host socket):
+        /// with [`Mqtt::with_write_buffer`](super::Mqtt::with_write_buffer),
+        /// messages ready together share one; wraps.
+        writes,
+        /// QoS 1/2 publishes the broker has acknowledged (PUBACK, or PUBCOMP
+        /// at QoS 2), whatever its reason code; wraps.
+        acked,
+        /// QoS 1/2 publishes admitted to the session and not yet
+        /// acknowledged, right now: retransmitted on a resumed session,
+        /// discarded with a new one.
+        in_flight,
+        ;
+        /// Whether the connector is connected and subscribed right now.
+        connected: bool = is_connected,
+    }
 }
 
 impl Counters {
-    /// All zero, not connected.
-    pub const fn new() -> Self {
-        Self {
-            sent: AtomicU32::new(0),
-            received: AtomicU32::new(0),
-            rejected: AtomicU32::new(0),
-            dropped: AtomicU32::new(0),
-            reconnects: AtomicU32::new(0),
-            connect_failures: AtomicU32::new(0),
-            ack_timeouts: AtomicU32::new(0),
-            cleared: AtomicU32::new(0),
-            lagged: AtomicU32::new(0),
-            writes: AtomicU32::new(0),
-            acked: AtomicU32::new(0),
-            in_flight: AtomicU32::new(0),
-            last_error: AtomicU32::new(0),
-            connected: AtomicBool::new(false),
-        }
-    }
-
     /// Messages sent; see [`Stats::sent`].
     pub fn sent(&self) -> u32 {
         self.sent.load(Ordering::Relaxed)
@@ -173,66 +142,18 @@ impl Counters {
         self.connected.load(Ordering::Acquire)
     }
 
-    /// All counters at once (each read on its own; not one atomic picture).
-    pub fn snapshot(&self) -> Stats {
-        Stats {
-            sent: self.sent(),
-            received: self.received(),
-            rejected: self.rejected(),
-            dropped: self.dropped(),
-            reconnects: self.reconnects(),
-            connect_failures: self.connect_failures(),
-            ack_timeouts: self.ack_timeouts(),
-            cleared: self.cleared(),
-            lagged: self.lagged(),
-            writes: self.writes(),
-            acked: self.acked(),
-            in_flight: self.in_flight(),
-            connected: self.is_connected(),
-        }
-    }
-
-    pub(super) fn bump_sent(&self) {
-        bump(&self.sent);
-    }
-    pub(super) fn bump_received(&self) {
-        bump(&self.received);
-    }
-    pub(super) fn bump_rejected(&self) {
-        bump(&self.rejected);
-    }
-    pub(super) fn bump_dropped(&self) {
-        bump(&self.dropped);
-    }
-    pub(super) fn bump_reconnects(&self) {
-        bump(&self.reconnects);
-    }
-    pub(super) fn bump_connect_failures(&self) {
-        bump(&self.connect_failures);
-    }
-    pub(super) fn bump_ack_timeouts(&self) {
-        bump(&self.ack_timeouts);
-    }
-    pub(super) fn bump_cleared(&self) {
-        bump(&self.cleared);
-    }
     pub(super) fn add_lagged(&self, n: u64) {
         if n > 0 {
-            let c = self.lagged.load(Ordering::Relaxed);
-            self.lagged
-                .store(c.wrapping_add(n as u32), Ordering::Relaxed);
+            bump(&self.lagged, n as u32);
         }
-    }
-    pub(super) fn bump_writes(&self) {
-        bump(&self.writes);
     }
     /// A QoS 1/2 publish admitted to the session.
     pub(super) fn admit(&self) {
-        bump(&self.in_flight);
+        bump(&self.in_flight, 1);
     }
     /// A PUBACK or PUBCOMP received.
     pub(super) fn ack(&self) {
-        bump(&self.acked);
+        bump(&self.acked, 1);
         let n = self.in_flight.load(Ordering::Relaxed);
         self.in_flight.store(n.saturating_sub(1), Ordering::Relaxed);
     }
@@ -249,11 +170,6 @@ impl Counters {
     }
 }
 
-/// Single-writer increment: no read-modify-write instruction needed.
-fn bump(c: &AtomicU32) {
-    c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
-}
-
 #[cfg(feature = "remote")]
 crate::counted!(Counters);
 
@@ -264,9 +180,9 @@ mod tests {
     #[test]
     fn counts_and_snapshots() {
         static C: Counters = Counters::new();
-        C.bump_sent();
-        C.bump_sent();
-        C.bump_rejected();
+        bump(&C.sent, 1);
+        bump(&C.sent, 1);
+        bump(&C.rejected, 1);
         C.set_connected(true);
         let s = C.snapshot();
         assert_eq!((s.sent, s.rejected, s.received), (2, 1, 0));

@@ -21,7 +21,7 @@ use core::time::Duration;
 
 use aimdb_core::codec::Encode;
 use aimdb_core::connector::{FrameSink, Message, QoS};
-use aimdb_core::link::{self, LinkState, PresenceJson, PRESENCE_MAX};
+use aimdb_core::presence::{self, LinkState, PresenceJson, PRESENCE_MAX};
 use aimdb_core::topic::MAX_TOPIC_LEN;
 
 use super::counters::Counters;
@@ -32,6 +32,7 @@ use super::packet::{
 use super::{Cause, Presence};
 use crate::clock::Instant;
 use crate::engine::{Failure, Io, IoEnd, Offer};
+use aimdb_core::counters::bump;
 
 /// Inbound QoS 2 publishes we have PUBREC'd and await PUBREL for, at most:
 /// CONNECT announces it as our receive maximum.
@@ -391,7 +392,7 @@ impl<'a> Engine<'a> {
             }
             Phase::Subscribing if self.c.suback.is_none() => self.subscribe_next(sink)?,
             Phase::Bye { queued: false } => {
-                let bye = LinkState::offline(self.c.birth, link::Cause::Stopped);
+                let bye = LinkState::offline(self.c.birth, presence::Cause::Stopped);
                 self.announce_then(bye, Phase::Bye { queued: true })?;
             }
             Phase::Bye { queued: true } if quiet => self.leave_when_idle(),
@@ -550,7 +551,7 @@ pub(super) fn will_payload(seq: u64) -> [u8; WILL_LEN] {
     let mut out = [b' '; WILL_LEN];
     // 64 bytes hold the longest `lost` payload (45 + 20 digits fit: see
     // the unit test); padding stays spaces.
-    let _ = PresenceJson.encode(&LinkState::offline(seq, link::Cause::Lost), &mut out);
+    let _ = PresenceJson.encode(&LinkState::offline(seq, presence::Cause::Lost), &mut out);
     out
 }
 
@@ -662,14 +663,14 @@ impl crate::engine::Engine for Engine<'_> {
     fn offer(&mut self, m: &Message<'_>, now: Instant) -> Offer {
         match self.publish(m.topic, m.payload, m.qos, m.retain) {
             Ok(()) => {
-                self.counters.bump_sent();
+                bump(&self.counters.sent, 1);
                 self.counters.add_lagged(m.lagged);
                 self.liveness(false, now);
                 Offer::Accepted
             }
             Err(PubError::Busy) => Offer::Busy,
             Err(PubError::TooLarge) => {
-                self.counters.bump_dropped();
+                bump(&self.counters.dropped, 1);
                 Offer::TooLarge
             }
         }
@@ -696,7 +697,7 @@ impl crate::engine::Engine for Engine<'_> {
         }
         if let (Some(t), Some(since)) = (self.settings.ack_timeout, self.c.owed_since) {
             if now >= since + t {
-                self.counters.bump_ack_timeouts();
+                bump(&self.counters.ack_timeouts, 1);
                 return self.fail(Cause::AckTimeout);
             }
         }
@@ -755,12 +756,12 @@ impl crate::engine::Engine for Engine<'_> {
                 })
     }
 
-    fn cause(end: Cause) -> link::Cause {
+    fn cause(end: Cause) -> presence::Cause {
         match end {
-            Cause::Transport => link::Cause::Io,
-            Cause::Protocol => link::Cause::Protocol,
-            Cause::AckTimeout => link::Cause::Silent,
-            _ => link::Cause::Closed,
+            Cause::Transport => presence::Cause::Io,
+            Cause::Protocol => presence::Cause::Protocol,
+            Cause::AckTimeout => presence::Cause::Silent,
+            _ => presence::Cause::Closed,
         }
     }
 
@@ -770,7 +771,7 @@ impl crate::engine::Engine for Engine<'_> {
             Failure::Timeout => Cause::ConnectTimeout,
             Failure::Ended(c) => c,
         };
-        self.counters.bump_connect_failures();
+        bump(&self.counters.connect_failures, 1);
         self.counters.set_last_error(cause);
         if crate::log_shim::worth_logging(self.counters.connect_failures()) {
             log_warn!("mqtt: connection attempt failed: {}", cause);
@@ -779,7 +780,7 @@ impl crate::engine::Engine for Engine<'_> {
 
     fn came_up(&mut self, again: bool) {
         if again {
-            self.counters.bump_reconnects();
+            bump(&self.counters.reconnects, 1);
         }
         self.counters.set_connected(true);
     }
@@ -793,7 +794,7 @@ impl crate::engine::Engine for Engine<'_> {
     }
 
     fn wrote(&mut self) {
-        self.counters.bump_writes();
+        bump(&self.counters.writes, 1);
     }
 
     fn has_output(&self) -> bool {

@@ -184,7 +184,7 @@ pub use tls::{tls_client_config, TlsConnect, TlsConnectError, TlsSetupError};
 pub use tokio_rustls::rustls;
 
 use aimdb_core::connector::{FrameSink, MessageSource};
-use aimdb_core::link::LinkState;
+use aimdb_core::presence::LinkState;
 use aimdb_core::record::Sink;
 
 use crate::clock::Clock;
@@ -295,7 +295,7 @@ impl fmt::Debug for Config<'_> {
 /// A node's presence on one retained topic: a birth published on
 /// every connection before anything else, and a will the broker publishes
 /// when the connection ends without a goodbye. Payloads follow the
-/// convention of [`aimdb_core::link`]:
+/// convention of [`aimdb_core::presence`]:
 ///
 /// ```text
 /// birth, retained:             {"status":"online","seq":7}
@@ -307,7 +307,7 @@ impl fmt::Debug for Config<'_> {
 ///   sequence, starting at [`Presence::first_seq`]; its will carries the
 ///   same number, so a consumer can tell a death that ends the current
 ///   birth from a late one of an older connection
-///   ([`LinkState::applies_after`](aimdb_core::link::LinkState::applies_after)).
+///   ([`LinkState::applies_after`](aimdb_core::presence::LinkState::applies_after)).
 ///   The counter lives in RAM: it restarts at `first_seq` when the
 ///   connector is built anew (a reboot, a new process). Seed `first_seq`
 ///   from something that grows to keep it increasing across restarts: a

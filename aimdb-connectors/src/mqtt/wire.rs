@@ -11,6 +11,7 @@ use super::packet::{
 use super::{Cause, Counters};
 use crate::clock::Instant;
 use crate::engine::Io;
+use aimdb_core::counters::bump;
 
 /// A packet body's place in RX: `rx[start..end]`.
 type Span = (usize, usize);
@@ -383,11 +384,11 @@ fn dispatch<S: FrameSink + ?Sized>(
     payload: &[u8],
     retained: bool,
 ) {
-    counters.bump_received();
+    bump(&counters.received, 1);
     // An empty payload is how MQTT clears a retained message (subscribers
     // get it, retained or not): not a value, and not a bad one.
     if payload.is_empty() {
-        counters.bump_cleared();
+        bump(&counters.cleared, 1);
         return;
     }
     let r = if retained {
@@ -396,7 +397,7 @@ fn dispatch<S: FrameSink + ?Sized>(
         sink.dispatch(topic, payload)
     };
     if let Err(e) = r {
-        counters.bump_rejected();
+        bump(&counters.rejected, 1);
         let n = counters.rejected();
         if crate::log_shim::worth_logging(n) {
             log_warn!(

@@ -3,7 +3,7 @@
 //! `LOOM_MAX_PREEMPTIONS`). Run with `make loom`:
 //! `RUSTFLAGS="--cfg aimdb_loom" cargo test -p aimdb-core --features std --lib --release outbound::loom_model`.
 //! It lives in the crate (not in `tests/`) so it can reach the
-//! crate-private `Pending`.
+//! crate-private `Scheduler`.
 //!
 //! What fails if the protocol is wrong: a lost wake-up leaves `block_on`
 //! parked forever, which loom reports as a deadlock; a duplicate delivery
@@ -133,12 +133,13 @@ fn two_routes_two_writers() {
 /// reported by loom's `UnsafeCell`.
 #[test]
 fn parked_two_markers_waker_replaced() {
-    use crate::sync::{Pending, ReadinessHandle};
+    use super::Scheduler;
+    use crate::sync::ReadinessHandle;
     use std::future::poll_fn;
     use std::task::Poll;
 
     fn next<'a>(
-        p: &'a mut Pending<1>,
+        p: &'a mut Scheduler<1>,
         r: &'a Readiness<1>,
     ) -> impl std::future::Future<Output = usize> + 'a {
         poll_fn(move |cx| loop {
@@ -153,7 +154,7 @@ fn parked_two_markers_waker_replaced() {
 
     loom::model(|| {
         let ready = Arc::new(Readiness::<1>::new());
-        let mut pending = Pending::<1>::new();
+        let mut pending = Scheduler::<1>::new();
         let (ra, rb) = (ready.clone(), ready.clone());
         let a = loom::thread::spawn(move || {
             ra.route_waker(0).wake_by_ref();
@@ -186,7 +187,8 @@ fn parked_two_markers_waker_replaced() {
 /// exactly once.
 #[test]
 fn transport_parks_for_real_after_racing_marks() {
-    use crate::sync::{Pending, ReadinessHandle};
+    use super::Scheduler;
+    use crate::sync::ReadinessHandle;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::{Wake, Waker};
 
@@ -199,7 +201,7 @@ fn transport_parks_for_real_after_racing_marks() {
 
     loom::model(|| {
         let ready = Arc::new(Readiness::<1>::new());
-        let mut pending = Pending::<1>::new();
+        let mut pending = Scheduler::<1>::new();
         let (ra, rb) = (ready.clone(), ready.clone());
         let a = loom::thread::spawn(move || ra.route_waker(0).wake());
         let b = loom::thread::spawn(move || rb.route_waker(1).wake());

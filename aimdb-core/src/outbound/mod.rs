@@ -71,6 +71,7 @@
 #![forbid(unsafe_code)]
 
 mod link;
+mod scheduler;
 // The loom model of the wake-up path (a write racing a parked `next()`).
 #[cfg(all(test, aimdb_loom))]
 mod loom_model;
@@ -90,9 +91,10 @@ pub use link::{default_qos, Borrowed, Link, Route, RouteError, TopicSpec, TopicW
 // nameable) only inside the crate, so `Route` cannot be implemented
 // outside it (it is sealed, see `Route`).
 pub(crate) use link::{Out, Produced};
+use scheduler::Scheduler;
 
 use crate::connector::{Message, MessageSource, OutboundStats, Ready};
-use crate::sync::{Pending, Readiness, ReadinessHandle};
+use crate::sync::{Readiness, ReadinessHandle};
 use crate::topic::{Topic, TopicError};
 
 /// A configuration mistake found while building.
@@ -181,7 +183,8 @@ pub struct Routes<
     D: Route + ?Sized + 'a,
 {
     ready: H,
-    pending: Pending<W>,
+    /// Which ready route is served next.
+    schedule: Scheduler<W>,
     routes: heapless::Vec<&'a mut D, N>,
     /// The scratches and what the last route polled produced, kept here
     /// (not built per pull) and lent to each route.
@@ -239,7 +242,7 @@ where
         Builder {
             routes: Routes {
                 ready,
-                pending: Pending::new(),
+                schedule: Scheduler::new(),
                 routes: heapless::Vec::new(),
                 out: Out {
                     topic: &mut [],
@@ -290,7 +293,7 @@ where
     /// was lost (or a transport that restarted) gets looked at.
     pub fn mark_all(&mut self) {
         for i in 0..self.routes.len() {
-            self.pending.set(i);
+            self.schedule.set(i);
         }
     }
 
@@ -300,7 +303,7 @@ where
     pub fn replay_latest(&mut self) {
         for (i, r) in self.routes.iter_mut().enumerate() {
             r.replay();
-            self.pending.set(i);
+            self.schedule.set(i);
         }
     }
 
@@ -342,11 +345,11 @@ where
             // only ever re-polled through its bit, and must not wait behind
             // a `Ring` burst for longer than one round. Nothing ready costs
             // one load.
-            let Some(i) = self.pending.take(self.ready.readiness()) else {
+            let Some(i) = self.schedule.take(self.ready.readiness()) else {
                 // Park: store the waker and set `PARKED` in one
                 // compare-and-swap that also finds no route ready; a mark
                 // that lands after it finds `PARKED` and wakes us.
-                if self.pending.park(self.ready.readiness(), cx.waker()) {
+                if self.schedule.park(self.ready.readiness(), cx.waker()) {
                     return Poll::Pending;
                 }
                 continue;
@@ -370,7 +373,7 @@ where
                     // it registered the route waker while taking the value,
                     // so no second poll is needed to park it.
                     if more {
-                        self.pending.set(i);
+                        self.schedule.set(i);
                     }
                     self.stats.sent = self.stats.sent.wrapping_add(1);
                     self.stats.lagged += self.out.produced.lagged;
@@ -380,7 +383,7 @@ where
                 Poll::Ready(Err(e)) => {
                     // Whether the reader was armed is not carried by an
                     // error (rare): look again.
-                    self.pending.set(i);
+                    self.schedule.set(i);
                     self.count(e);
                 }
             }
@@ -518,7 +521,7 @@ where
             return Err(errors);
         }
         r.claimed = true;
-        r.pending.set_urgent(r.urgent, URGENT_BURST);
+        r.schedule.set_urgent(r.urgent, URGENT_BURST);
         r.mark_all();
         Ok(r)
     }

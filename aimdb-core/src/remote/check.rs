@@ -191,42 +191,33 @@ mod verifier {
 
     use embassy_sync::blocking_mutex::raw::RawMutex;
     use embassy_sync::blocking_mutex::Mutex;
-    use portable_atomic::{AtomicU32, Ordering};
 
     use super::{Check, Verdict};
     use crate::connector::DispatchError;
-    use crate::link::{LinkState, Status};
+    use crate::counters::bump;
+    use crate::presence::{LinkState, Status};
     use crate::record::{Kind, RecvError, Source};
     use crate::remote::proto::{Body, Host, Op, Request, RequestError, Response};
 
-    /// Counters of a [`Verifier`].
-    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-    #[non_exhaustive]
-    pub struct VerifierStats {
-        /// `List` requests sent (one per page).
-        pub asked: u32,
-        /// Checks completed: the device's whole table was read.
-        pub checks: u32,
-        /// Records found with another schema than the host's.
-        pub mismatches: u32,
-        /// Records the device does not describe.
-        pub unlisted: u32,
-        /// Answers to the verifier that were errors other than `Busy`, or
-        /// not a listing (the check stays unverified until the link comes
-        /// up again).
-        pub failed: u32,
-    }
-
-    struct Counters {
-        asked: AtomicU32,
-        checks: AtomicU32,
-        mismatches: AtomicU32,
-        unlisted: AtomicU32,
-        failed: AtomicU32,
-    }
-
-    fn bump(c: &AtomicU32) {
-        c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+    crate::counter_set! {
+        /// The atomics behind [`VerifierStats`] (one writer: the task that
+        /// polls the verifier).
+        struct Counters;
+        /// Counters of a [`Verifier`].
+        pub struct VerifierStats {
+            /// `List` requests sent (one per page).
+            asked,
+            /// Checks completed: the device's whole table was read.
+            checks,
+            /// Records found with another schema than the host's.
+            mismatches,
+            /// Records the device does not describe.
+            unlisted,
+            /// Answers to the verifier that were errors other than `Busy`, or
+            /// not a listing (the check stays unverified until the link comes
+            /// up again).
+            failed,
+        }
     }
 
     struct State {
@@ -281,13 +272,7 @@ mod verifier {
                     asked: None,
                     waker: None,
                 })),
-                counters: Counters {
-                    asked: AtomicU32::new(0),
-                    checks: AtomicU32::new(0),
-                    mismatches: AtomicU32::new(0),
-                    unlisted: AtomicU32::new(0),
-                    failed: AtomicU32::new(0),
-                },
+                counters: Counters::new(),
                 max_payload: crate::inbound::DEFAULT_MAX_PAYLOAD,
             }
         }
@@ -302,15 +287,7 @@ mod verifier {
 
         /// The counters.
         pub fn stats(&self) -> VerifierStats {
-            let c = &self.counters;
-            let l = |a: &AtomicU32| a.load(Ordering::Relaxed);
-            VerifierStats {
-                asked: l(&c.asked),
-                checks: l(&c.checks),
-                mismatches: l(&c.mismatches),
-                unlisted: l(&c.unlisted),
-                failed: l(&c.failed),
-            }
+            self.counters.snapshot()
         }
 
         /// The request side: an outbound source of `List` requests,
@@ -362,7 +339,7 @@ mod verifier {
             for e in entries {
                 for c in self.checks.iter().filter(|c| c.record() == e.name) {
                     if c.compare(e.schema_hash) == Verdict::Mismatch {
-                        bump(&self.counters.mismatches);
+                        bump(&self.counters.mismatches, 1);
                     }
                 }
             }
@@ -373,10 +350,10 @@ mod verifier {
             for c in self.checks {
                 if c.verdict() == Verdict::Unverified {
                     c.set_verdict(Verdict::Unlisted);
-                    bump(&self.counters.unlisted);
+                    bump(&self.counters.unlisted, 1);
                 }
             }
-            bump(&self.counters.checks);
+            bump(&self.counters.checks, 1);
             None
         }
     }
@@ -413,7 +390,7 @@ mod verifier {
                 }) if from == asked => self.page(total, from, &entries),
                 Err(RequestError::Busy) => Some(asked),
                 _ => {
-                    bump(&self.counters.failed);
+                    bump(&self.counters.failed, 1);
                     None
                 }
             };
@@ -478,7 +455,7 @@ mod verifier {
             drop(old);
             match ask {
                 Some(r) => {
-                    bump(&v.counters.asked);
+                    bump(&v.counters.asked, 1);
                     Poll::Ready(Ok(r))
                 }
                 None => Poll::Pending,
@@ -504,7 +481,7 @@ mod tests {
 
     use super::*;
     use crate::codec::Postcard;
-    use crate::link::{Cause, LinkState};
+    use crate::presence::{Cause, LinkState};
     use crate::record::{Kind, Latest, Record, Source as _};
     use crate::remote::proto::{Body, Entry, Host, Op, RequestError, Response};
     use crate::remote::Verifier;

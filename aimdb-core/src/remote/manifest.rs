@@ -5,7 +5,7 @@ use core::task::{Context, Poll};
 
 use super::Description;
 use crate::codec::{Encode, EncodeError};
-use crate::link::Cursor;
+use crate::presence::Cursor;
 use crate::record::{Kind, RecvError, Source};
 
 /// The manifest's source: one value at start and again after each

@@ -114,7 +114,7 @@
 //! # #[cfg(feature = "alloc")] {
 //! use aimdb_core::codec::Postcard;
 //! use aimdb_core::inbound::{Dispatch, Link};
-//! use aimdb_core::link::LinkState;
+//! use aimdb_core::presence::LinkState;
 //! use aimdb_core::outbound;
 //! use aimdb_core::record::{Latest, Record, Ring};
 //! use aimdb_core::remote::{Check, Checked, Verdict, Verifier};
@@ -155,7 +155,6 @@ use core::task::{Context, Poll, Waker};
 
 use embassy_sync::blocking_mutex::raw::RawMutex;
 use embassy_sync::blocking_mutex::Mutex;
-use portable_atomic::{AtomicU32, Ordering};
 pub use postcard_schema::schema::NamedType;
 pub use postcard_schema::Schema;
 use serde::de::DeserializeOwned;
@@ -163,7 +162,8 @@ use serde::Serialize;
 
 use crate::codec::{Decode, Encode, EncodeError};
 use crate::connector::DispatchError;
-use crate::link::LinkState;
+use crate::counters::bump;
+use crate::presence::LinkState;
 use crate::record::{Buffer, Kind, Latest, Record, RecvError, Source};
 use proto::{Body, Node, Response};
 pub use proto::{Codec, Op, Request, RequestError};
@@ -431,38 +431,27 @@ pub const fn schema_hash<T: Schema + ?Sized>() -> [u8; 8] {
     postcard_schema::key::hash::fnv1a64::hash_ty_path::<T>("")
 }
 
-/// Live counters of one [`Responder`] (also in every `stats` answer).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[non_exhaustive]
-pub struct ResponderStats {
-    /// Requests taken into the slot.
-    pub requests: u32,
-    /// Answers encoded (errors included).
-    pub answered: u32,
-    /// Requests that did not decode (answered [`RequestError::Malformed`] when
-    /// their id could be read).
-    pub malformed: u32,
-    /// Requests that found the slot full (answered [`RequestError::Busy`]).
-    pub busy: u32,
-    /// `set` refused: the record is not writable.
-    pub denied: u32,
-    /// Watch updates sent.
-    pub updates: u32,
-}
-
-struct Counters {
-    requests: AtomicU32,
-    answered: AtomicU32,
-    malformed: AtomicU32,
-    busy: AtomicU32,
-    denied: AtomicU32,
-    updates: AtomicU32,
-}
-
-/// One writer (the connector task that owns the tables): load and store,
-/// no read-modify-write, so this works on `thumbv6m`.
-fn bump(c: &AtomicU32) {
-    c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+crate::counter_set! {
+    /// The atomics behind [`ResponderStats`] (one writer: the connector
+    /// task that owns the tables).
+    struct Counters;
+    /// Live counters of one [`Responder`] (also in every `stats` answer).
+    #[derive(Serialize, serde::Deserialize)]
+    pub struct ResponderStats {
+        /// Requests taken into the slot.
+        requests,
+        /// Answers encoded (errors included).
+        answered,
+        /// Requests that did not decode (answered [`RequestError::Malformed`] when
+        /// their id could be read).
+        malformed,
+        /// Requests that found the slot full (answered [`RequestError::Busy`]).
+        busy,
+        /// `set` refused: the record is not writable.
+        denied,
+        /// Watch updates sent.
+        updates,
+    }
 }
 
 /// Most records watched at once, over all clients of one responder.
@@ -559,14 +548,7 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
                 ended: None,
                 next: 0,
             })),
-            counters: Counters {
-                requests: AtomicU32::new(0),
-                answered: AtomicU32::new(0),
-                malformed: AtomicU32::new(0),
-                busy: AtomicU32::new(0),
-                denied: AtomicU32::new(0),
-                updates: AtomicU32::new(0),
-            },
+            counters: Counters::new(),
         }
     }
 
@@ -584,16 +566,7 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
 
     /// The counters.
     pub fn stats(&self) -> ResponderStats {
-        let c = &self.counters;
-        let l = |a: &AtomicU32| a.load(Ordering::Relaxed);
-        ResponderStats {
-            requests: l(&c.requests),
-            answered: l(&c.answered),
-            malformed: l(&c.malformed),
-            busy: l(&c.busy),
-            denied: l(&c.denied),
-            updates: l(&c.updates),
-        }
+        self.counters.snapshot()
     }
 
     /// The answer side's source: link it with [`Self::answers`] as an
@@ -658,7 +631,7 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
             // Undecodable, or bytes left over behind it (a request of
             // another shape, from a client whose types drifted): not run.
             _ => {
-                bump(&self.counters.malformed);
+                bump(&self.counters.malformed, 1);
                 // The id is the first field: answer it if it reads.
                 let id = postcard::take_from_bytes::<u32>(bytes).map_or(0, |(id, _)| id);
                 return Job::new(id, Answer::Error(RequestError::Malformed));
@@ -692,7 +665,7 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
     fn set(&self, index: u16, value: &[u8]) -> Answer {
         let d = &self.table[usize::from(index)];
         if !d.writable {
-            bump(&self.counters.denied);
+            bump(&self.counters.denied, 1);
             return Answer::Error(RequestError::NotWritable);
         }
         match d.access.set(value) {
@@ -768,7 +741,7 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
     /// it), its newest value is due, and the next look for a changed
     /// watch starts after it.
     fn update(&self, k: usize, w: Watch) -> Job {
-        bump(&self.counters.updates);
+        bump(&self.counters.updates, 1);
         let d = &self.table[usize::from(w.index)];
         let writes = d.access.writes();
         let last = w.credit <= 1;
@@ -949,11 +922,11 @@ impl<M: RawMutex, const N: usize> crate::inbound::Route for Responder<M, N> {
         let waker = self.slot.lock(|s| {
             let mut s = s.borrow_mut();
             if s.pending {
-                bump(&self.counters.busy);
+                bump(&self.counters.busy, 1);
                 let id = postcard::take_from_bytes::<u32>(payload).map_or(0, |(id, _)| id);
                 s.busy = Some(id);
             } else {
-                bump(&self.counters.requests);
+                bump(&self.counters.requests, 1);
                 s.request.clear();
                 // Fits: checked against N above.
                 let _ = s.request.extend_from_slice(payload);
@@ -1032,7 +1005,7 @@ impl<M: RawMutex, const N: usize> Source for Requests<'_, M, N> {
         };
         match job {
             Some(j) => {
-                bump(&r.counters.answered);
+                bump(&r.counters.answered, 1);
                 Poll::Ready(Ok(j))
             }
             None => Poll::Pending,

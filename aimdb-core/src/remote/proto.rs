@@ -29,7 +29,7 @@ use postcard_schema::schema::NamedType;
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::{Description, LinkCounters};
-use crate::link::LinkState;
+use crate::presence::LinkState;
 use crate::record::Kind;
 
 /// The request topic on a framed link; on MQTT under the node's prefix.

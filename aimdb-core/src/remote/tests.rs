@@ -766,7 +766,7 @@ impl Counted for FakeCounters {
 #[test]
 fn stats_report_records_and_connectors_with_their_link_state() {
     static LED: Record<Cs, Latest<bool>, 1> = Record::new("led");
-    static LINK: Record<Cs, Latest<crate::link::LinkState>, 1> = Record::new("link");
+    static LINK: Record<Cs, Latest<crate::presence::LinkState>, 1> = Record::new("link");
     static COUNTERS: FakeCounters = FakeCounters;
     static TABLE: [Description; 1] = [Description::of(&LED).writable()];
     static CONNECTORS: [Connector; 2] = [
@@ -777,7 +777,7 @@ fn stats_report_records_and_connectors_with_their_link_state() {
     static READY: Readiness<1> = Readiness::new();
     tables!(RESPONDER, READY, 256, dispatch, routes);
 
-    LINK.write(crate::link::LinkState::online(4));
+    LINK.write(crate::presence::LinkState::online(4));
     LED.write(true);
     // A malformed request first: counted, and the count is in the stats.
     ask(&mut dispatch, &mut routes, &[9, 0x7f]);
@@ -799,7 +799,10 @@ fn stats_report_records_and_connectors_with_their_link_state() {
     assert_eq!(connectors.len(), 2);
     assert_eq!(connectors[0].name, "mqtt");
     assert_eq!(connectors[0].counters, FakeCounters.link_counters());
-    assert_eq!(connectors[0].link, Some(crate::link::LinkState::online(4)));
+    assert_eq!(
+        connectors[0].link,
+        Some(crate::presence::LinkState::online(4))
+    );
     assert_eq!(connectors[1].link, None);
     assert_eq!((responder.requests, responder.malformed), (2, 1));
     // Later pages carry records only.

@@ -25,7 +25,7 @@ use aimdb_connectors::reconnect::Reconnect;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;
-use aimdb_core::link::LinkState;
+use aimdb_core::presence::LinkState;
 use aimdb_core::remote::{Connector, Description, ManifestJson, Responder};
 use aimdb_core::outbound;
 use aimdb_core::outbound::Routes;

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use aimdb_core::link::LinkState;
+use aimdb_core::presence::LinkState;
 use aimdb_core::record::{Kind, Latest, Reader, Record, Ring};
 use aimdb_core::remote::proto::{Body, Host, Info, Response};
 use aimdb_core::remote::{Op, Request, RequestError};

@@ -73,7 +73,7 @@ pub mod topics {
     pub const CMD: &str = "dev/cmd";
     /// The MQTT device's [`LinkStats`](super::LinkStats), device → host.
     pub const LINK: &str = "dev/link";
-    /// The device's presence (`aimdb_core::link`'s JSON, retained): its
+    /// The device's presence (`aimdb_core::presence`'s JSON, retained): its
     /// birth and will on MQTT.
     pub const PRESENCE: &str = "dev/presence";
     /// Remote-access requests to the device on its framed link

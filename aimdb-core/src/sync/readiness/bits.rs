@@ -8,7 +8,7 @@ use super::Readiness;
 
 /// Routes taken from a [`Readiness`] and not served yet.
 #[derive(Clone)]
-pub(super) struct Bits<const W: usize> {
+pub(crate) struct Bits<const W: usize> {
     bits: [u32; W],
     /// Bit `g`: some word of group `g` may be non-zero.
     summary: u32,
@@ -28,26 +28,26 @@ impl<const W: usize> Bits<W> {
 
     /// Word 0.
     #[inline]
-    pub(super) fn word0(&self) -> u32 {
+    pub(crate) fn word0(&self) -> u32 {
         self.bits[0]
     }
 
     /// Clears route `i` (in word 0), and the summary bit of group 0 if its
     /// words are all zero now.
-    pub(super) fn clear0(&mut self, i: u32) {
+    pub(crate) fn clear0(&mut self, i: u32) {
         self.bits[0] &= !(1 << i);
         self.fix_group(0);
     }
 
     /// Whether a route is pending outside `mask` (of word 0).
-    pub(super) fn any_outside0(&self, mask: u32) -> bool {
+    pub(crate) fn any_outside0(&self, mask: u32) -> bool {
         self.bits[0] & !mask != 0
             || self.summary & !1 != 0
             || self.bits[1..Self::GROUP.min(W)].iter().any(|&b| b != 0)
     }
 
     /// Takes the bits of `mask` out of word 0 (hidden from `pop`).
-    pub(super) fn take_word0(&mut self, mask: u32) -> u32 {
+    pub(crate) fn take_word0(&mut self, mask: u32) -> u32 {
         let taken = self.bits[0] & mask;
         self.bits[0] &= !mask;
         self.fix_group(0);
@@ -55,7 +55,7 @@ impl<const W: usize> Bits<W> {
     }
 
     /// Puts back what [`Self::take_word0`] took.
-    pub(super) fn put_word0(&mut self, bits: u32) {
+    pub(crate) fn put_word0(&mut self, bits: u32) {
         if bits != 0 {
             self.bits[0] |= bits;
             self.summary |= 1;
@@ -97,7 +97,7 @@ impl<const W: usize> Bits<W> {
     /// Moves the cursor past route `i`, as [`Self::pop`] does when it takes
     /// `i`.
     #[inline]
-    pub(super) fn move_past(&mut self, i: usize) {
+    pub(crate) fn move_past(&mut self, i: usize) {
         self.cursor = if i + 1 >= 32 * W { 0 } else { i + 1 };
     }
 
@@ -105,7 +105,7 @@ impl<const W: usize> Bits<W> {
     /// moves the cursor past it. The empty test is inlined: every parked
     /// pull makes it once, after the message it was woken for.
     #[inline(always)]
-    pub(super) fn pop(&mut self) -> Option<usize> {
+    pub(crate) fn pop(&mut self) -> Option<usize> {
         if self.summary == 0 {
             return None;
         }

@@ -51,26 +51,34 @@
 //! read-modify-writes of the bitmap in all (that one and the transport's
 //! next park) instead of five (word, summary, the transport's summary and
 //! word takes, its park). `DIRECT` is cleared by the next park. When
-//! nothing else is pending, [`Pending::take`] serves the handed-over route
-//! at once instead of setting it in its private set and searching the set
-//! for it.
+//! nothing else is pending, [`Pending::absorb_or_only`] returns the
+//! handed-over route for the caller to serve at once, instead of setting
+//! it in the private set and searching the set for it.
 //!
 //! The transport keeps a clone of the waker it stored (in [`Pending`]), so
 //! re-parking with the same waker is one compare-and-swap and never touches
 //! the cell.
+//!
+//! One primitive per file: [`Readiness`] (here, shared, atomic), the route
+//! wakers that mark it (`waker`), the transport's side of the protocol
+//! ([`Pending`]: taking, parking, the hand-over) and its plain set of taken
+//! routes ([`Bits`](bits::Bits)). Which pending route is served next
+//! (urgent routes, their burst bound) is `outbound`'s scheduler, outside
+//! this module.
 
 use core::fmt;
 use core::task::Waker;
 
-use super::atomic::{spin_loop, AtomicU32, Ordering, UnsafeCell};
+use super::atomic::{AtomicU32, Ordering, UnsafeCell};
 use super::loom_const_fn;
 
 mod bits;
+mod pending;
 #[cfg(all(test, not(aimdb_loom)))]
 mod tests;
 mod waker;
 
-use bits::Bits;
+pub(crate) use pending::Pending;
 pub use waker::ReadinessHandle;
 
 /// The transport is parked; the waker cell holds its waker.
@@ -332,7 +340,8 @@ impl<const W: usize> Readiness<W> {
     }
 
     /// The transport gives back group bits it took from the summary but
-    /// whose words it did not swap (it stopped early for an urgent route):
+    /// whose words it did not swap (it stopped early, see
+    /// [`Pending::absorb_or_only`]):
     /// those words still hold their bits, so the groups are marked again,
     /// as a marker would. Only the running transport calls it, so
     /// `PARKED` is clear and nobody needs waking; a marker's concurrent
@@ -356,383 +365,6 @@ impl<const W: usize> fmt::Debug for Readiness<W> {
         f.debug_struct("Readiness")
             .field("capacity", &Self::CAPACITY)
             .field("summary", &self.summary.load(Ordering::Relaxed))
-            .finish_non_exhaustive()
-    }
-}
-
-/// The transport task's private copy of taken readiness bits, with a
-/// rotating cursor for round-robin service, and the waker it last stored
-/// in the [`Readiness`]. Not shared, not atomic.
-///
-/// Two priority classes: routes `0..urgent` (at most 32, so all in word 0)
-/// are urgent. A pull serves a pending urgent route before any normal one,
-/// round-robin among them, except that after `burst` urgent routes
-/// in a row while a normal one is pending, one normal route goes next. The
-/// class is decided here only, by index, so markers, parking and `set` do
-/// not know it. `absorb` stops after word 0 when it holds a ready urgent
-/// route (the untaken groups go back to the summary, see
-/// [`Readiness::republish`]), so the urgent pull does not wait for every
-/// other word to be swapped. A table without urgent routes pays a zero
-/// mask test per `pop` and one masked test per word taken.
-#[derive(Clone)]
-pub(crate) struct Pending<const W: usize> {
-    /// Routes taken from the bitmap and not served yet.
-    bits: Bits<W>,
-    /// Bits of word 0 that are urgent routes (`0..urgent`).
-    urgent_mask: u32,
-    /// Cursor of the round-robin among the urgent routes.
-    urgent_cursor: u32,
-    /// Urgent routes served in a row; reset by a pull that finds no
-    /// urgent route pending, or that serves a normal one.
-    streak: u8,
-    /// Urgent routes served in a row while a normal one is pending before
-    /// one normal route goes next (the owner's policy, see
-    /// [`Self::set_urgent`]).
-    burst: u8,
-    /// A clone of the waker this transport stored in the readiness cell:
-    /// comparing against it tells whether the cell needs rewriting without
-    /// touching the cell.
-    waker: Option<Waker>,
-    /// The vtable address of the waker `waker` was cloned from, which may
-    /// differ from the clone's (see [`Self::is_stored`]).
-    seen_vtable: usize,
-    /// Parked, and the route a marker may hand over with `DIRECT` is not
-    /// taken yet.
-    direct_due: bool,
-}
-
-impl<const W: usize> Pending<W> {
-    const GROUP: usize = Readiness::<W>::GROUP;
-
-    /// Nothing pending, cursor at route 0.
-    pub(crate) const fn new() -> Self {
-        Self {
-            bits: Bits::new(),
-            urgent_mask: 0,
-            urgent_cursor: 0,
-            streak: 0,
-            burst: 0,
-            waker: None,
-            seen_vtable: 0,
-            direct_due: false,
-        }
-    }
-
-    /// The transport's pull: take the ready bits (`absorb`), then
-    /// [`Self::pop`], in the same order of service. A route handed over
-    /// with `DIRECT` while nothing else is pending (the parked case: every
-    /// pull of `b1_outbound_wakeup`'s `parked` cells) is served without
-    /// passing through the set: the cursor moves past it as `pop` would
-    /// move it, so the rotation is the same, and the wrap-around search
-    /// `pop` would do to find the one bit behind the cursor is skipped.
-    ///
-    /// Always inlined: at the firmware's `opt-level = "s"` it is otherwise
-    /// called, which costs instructions on every ready pull (`b3_on_target`,
-    /// `cortex-m3/outbound_next_static_topic`).
-    #[inline(always)]
-    pub(crate) fn take(&mut self, ready: &Readiness<W>) -> Option<usize> {
-        match self.absorb_or_only(ready) {
-            Err(i) => Some(self.serve_only(i)),
-            Ok(_) => self.pop(),
-        }
-    }
-
-    /// Moves every ready bit of `ready` into this set: one swap per
-    /// non-empty word. Returns whether anything was taken. The transport
-    /// pulls with [`Self::take`]; the tests look at the set between the
-    /// two steps.
-    #[cfg(all(test, not(aimdb_loom)))]
-    pub(crate) fn absorb(&mut self, ready: &Readiness<W>) -> bool {
-        match self.absorb_or_only(ready) {
-            Err(i) => {
-                self.set(i);
-                true
-            }
-            Ok(any) => any,
-        }
-    }
-
-    /// Route `i`, the only one pending, is served: the cursor of its class
-    /// moves past it as [`Self::pop`] would move it.
-    #[inline]
-    fn serve_only(&mut self, i: usize) -> usize {
-        if self.urgent_mask != 0 {
-            self.serve_only_classes(i);
-        } else {
-            self.bits.move_past(i);
-        }
-        i
-    }
-
-    /// [`Self::serve_only`] for a table with urgent routes: what
-    /// [`Self::pop_classes`] does when `i` is the only route pending.
-    #[cold]
-    fn serve_only_classes(&mut self, i: usize) {
-        if i < 32 && self.urgent_mask & (1 << i) != 0 {
-            self.served_urgent(i as u32);
-        } else {
-            self.bits.move_past(i);
-            self.streak = 0;
-        }
-    }
-
-    /// `absorb`, except that `Err(i)` is route `i` handed over with
-    /// `DIRECT` while nothing else is pending or ready, left out of the set
-    /// for the caller to serve.
-    #[inline(always)]
-    fn absorb_or_only(&mut self, ready: &Readiness<W>) -> Result<bool, usize> {
-        let s = ready.summary.load(Ordering::Acquire);
-        let mut any = false;
-        if self.direct_due && s & PARKED == 0 {
-            if s & DIRECT == 0 {
-                // Our episode ended without a hand-over (a marker that took
-                // the bitmap path, or a poke): only that one CAS can set
-                // `DIRECT`, so none will come.
-                self.direct_due = false;
-            } else if let Some(i) = ready.take_direct() {
-                // The marker that woke us handed its route over (on another
-                // thread it may not have stored it yet: `park` then polls
-                // again).
-                self.direct_due = false;
-                if s & GROUPS == 0 && self.bits.is_empty() {
-                    return Err(i);
-                }
-                self.set(i);
-                any = true;
-            }
-        }
-        if s & GROUPS == 0 {
-            return Ok(any);
-        }
-        // Clear the group bits only. `PARKED` is never set alongside group
-        // bits, and only its own parking sets it.
-        let mut groups = ready.summary.fetch_and(!GROUPS, Ordering::AcqRel) & GROUPS;
-        while groups != 0 {
-            let g = groups.trailing_zeros() as usize;
-            groups &= groups - 1;
-            let end = ((g + 1) * Self::GROUP).min(W);
-            for w in g * Self::GROUP..end {
-                // With one word per group, the summary bit says the word is
-                // set: swap without looking first.
-                if Self::GROUP > 1 && ready.words[w].load(Ordering::Relaxed) == 0 {
-                    continue;
-                }
-                let taken = ready.words[w].swap(0, Ordering::AcqRel);
-                if taken != 0 {
-                    self.bits.or_word(w, g, taken);
-                    any = true;
-                    if taken & self.urgent_mask != 0 && w == 0 {
-                        // An urgent route is ready (urgent routes are all
-                        // in word 0, the first word taken): serve it
-                        // before swapping the rest.
-                        ready.republish(groups | u32::from(Self::GROUP > 1));
-                        return Ok(true);
-                    }
-                }
-            }
-        }
-        Ok(any)
-    }
-
-    /// Parks the transport task: stores `waker` in `ready` (unless the
-    /// stored one would wake the same task) and sets `PARKED`, in one
-    /// compare-and-swap that also checks the bitmap one last time. Returns
-    /// `true` when the caller may return `Pending` (a later mark wakes
-    /// `waker`), `false` when a route became ready meanwhile (absorb again).
-    ///
-    /// Call it after [`Self::take`] found nothing. One transport per
-    /// [`Readiness`]: a second one parking on the same bitmap may miss
-    /// wake-ups (never memory safety).
-    pub(crate) fn park(&mut self, ready: &Readiness<W>, waker: &Waker) -> bool {
-        let mut same = self.is_stored(waker);
-        let mut s = ready.summary.load(Ordering::Acquire);
-        loop {
-            if s & PARKED != 0 {
-                if same {
-                    // Parked with this waker (a spurious poll): no marker
-                    // came, nothing to write.
-                    return true;
-                }
-                // Parked with another waker, or by a transport before us:
-                // end that episode ourselves, so no marker reads the cell.
-                match ready.summary.compare_exchange_weak(
-                    s,
-                    s & !PARKED,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => {
-                        ready.woken.fetch_add(1, Ordering::AcqRel);
-                        self.direct_due = false;
-                        s &= !PARKED;
-                    }
-                    Err(x) => {
-                        s = x;
-                        continue;
-                    }
-                }
-            }
-            if s & GROUPS != 0 {
-                return false;
-            }
-            if self.direct_due {
-                // `DIRECT` is set (`take` clears `direct_due` otherwise) and
-                // its route not taken: absorb again once it is readable. The
-                // marker that set it stores it right after its
-                // compare-and-swap; on another thread it may not have yet:
-                // poll again rather than park over it.
-                if ready.direct.load(Ordering::Acquire) != 0 {
-                    return false;
-                }
-                waker.wake_by_ref();
-                spin_loop();
-                return true;
-            }
-            if !same {
-                if ready.woken.load(Ordering::Acquire) != ready.episode.load(Ordering::Relaxed) {
-                    // The marker of an earlier episode is still waking
-                    // through the cell (on another thread): the cell cannot
-                    // be rewritten yet. Poll again.
-                    waker.wake_by_ref();
-                    spin_loop();
-                    return true;
-                }
-                self.replace_waker(ready, waker);
-                same = true;
-            }
-            // `DIRECT`, if set, was taken (above): the park clears it.
-            match ready
-                .summary
-                .compare_exchange(s, PARKED, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    // Only the transport writes `episode`; markers never
-                    // read it.
-                    let e = ready.episode.load(Ordering::Relaxed);
-                    ready.episode.store(e.wrapping_add(1), Ordering::Relaxed);
-                    self.direct_due = true;
-                    return true;
-                }
-                Err(x) => s = x,
-            }
-        }
-    }
-
-    /// Whether the cell already holds a waker that wakes the same task as
-    /// `waker`. `will_wake` against our clone, or the clone shares
-    /// `waker`'s data and `waker` has the vtable of the waker we cloned
-    /// (then `waker` is the waker we cloned, again: the clone keeps that
-    /// data alive, so it names the same object). The second test is for
-    /// executors whose by-reference waker has another vtable than its
-    /// clones: tokio's `block_on` (`tokio_io::run_on_thread`) lends one,
-    /// and `will_wake` alone rewrote the cell on every park there.
-    #[inline]
-    fn is_stored(&self, waker: &Waker) -> bool {
-        self.waker.as_ref().is_some_and(|w| {
-            w.will_wake(waker)
-                || (w.data() == waker.data()
-                    && core::ptr::from_ref(waker.vtable()) as usize == self.seen_vtable)
-        })
-    }
-
-    /// Stores `waker` in the cell (the first park, or the task's waker
-    /// changed). The caller saw `PARKED` clear and `woken == episode`.
-    #[cold]
-    #[inline(never)]
-    fn replace_waker(&mut self, ready: &Readiness<W>, waker: &Waker) {
-        let new = Some(waker.clone());
-        // SAFETY: `PARKED` is clear and every ended episode was counted in
-        // `woken` (acquired by the caller), so no marker reads the cell,
-        // and none will before our next park publishes the write (see the
-        // `Sync` argument).
-        let old = ready
-            .waker
-            .with_mut(|cell| unsafe { core::mem::replace(&mut *cell, new) });
-        // Dropping a waker runs foreign code: after the cell is consistent.
-        drop(old);
-        self.waker = Some(waker.clone());
-        self.seen_vtable = core::ptr::from_ref(waker.vtable()) as usize;
-    }
-
-    /// Marks route `i` pending (it may have more to deliver).
-    #[inline]
-    pub(crate) fn set(&mut self, i: usize) {
-        self.bits.set(i);
-    }
-
-    /// Whether nothing is pending (the unit tests check it).
-    #[cfg(all(test, not(aimdb_loom)))]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.bits.is_empty()
-    }
-
-    /// Makes routes `0..n` urgent (`n` at most 32), served `burst` in a
-    /// row at most while a normal route is pending.
-    pub(crate) fn set_urgent(&mut self, n: usize, burst: u8) {
-        self.burst = burst;
-        self.urgent_mask = match n {
-            0 => 0,
-            n if n >= 32 => u32::MAX,
-            n => (1 << n) - 1,
-        };
-    }
-
-    /// Takes the next pending route: an urgent one if any is pending
-    /// (see the type's doc for the bound that keeps normal routes moving),
-    /// else the next at or after the cursor (wrapping), moving the cursor
-    /// past it.
-    #[inline]
-    pub(crate) fn pop(&mut self) -> Option<usize> {
-        if self.urgent_mask != 0 {
-            return self.pop_classes();
-        }
-        self.bits.pop()
-    }
-
-    /// Urgent route `i` is served: the urgent round-robin moves past it and
-    /// the burst grows (both ways a pull serves an urgent route).
-    fn served_urgent(&mut self, i: u32) {
-        self.urgent_cursor = i + 1;
-        self.streak = self.streak.saturating_add(1);
-    }
-
-    /// [`Self::pop`] for a table with urgent routes.
-    #[cold]
-    fn pop_classes(&mut self) -> Option<usize> {
-        let mask = self.urgent_mask;
-        let u = self.bits.word0() & mask;
-        // The urgent bits hidden from the normal round-robin below.
-        let mut hidden = 0;
-        if u != 0 {
-            if self.streak < self.burst || !self.bits.any_outside0(mask) {
-                // Round-robin from the urgent cursor, wrapping.
-                let from = u & (!0u32).checked_shl(self.urgent_cursor).unwrap_or(0);
-                let i = if from != 0 { from } else { u }.trailing_zeros();
-                self.bits.clear0(i);
-                self.served_urgent(i);
-                return Some(i as usize);
-            }
-            // A burst is over and a normal route waits: it goes next.
-            hidden = self.bits.take_word0(mask);
-        }
-        // No urgent route pending, or a normal one's turn: a burst is over.
-        self.streak = 0;
-        let normal = self.bits.pop();
-        self.bits.put_word0(hidden);
-        normal
-    }
-}
-
-impl<const W: usize> Default for Pending<W> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<const W: usize> fmt::Debug for Pending<W> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pending")
-            .field("bits", &self.bits)
             .finish_non_exhaustive()
     }
 }

@@ -1,8 +1,9 @@
+use super::bits::Bits;
 use super::*;
 
 #[test]
 fn pop_round_robin_from_cursor() {
-    let mut p = Pending::<4>::new();
+    let mut p = Bits::<4>::new();
     for i in [3, 40, 100, 127] {
         p.set(i);
     }
@@ -25,7 +26,7 @@ fn grouped_summary_at_4096_routes() {
     }
     assert!(p.absorb(r));
     assert!(!p.absorb(r), "bits were taken");
-    let got: std::vec::Vec<_> = core::iter::from_fn(|| p.pop()).collect();
+    let got: std::vec::Vec<_> = core::iter::from_fn(|| p.bits().pop()).collect();
     assert_eq!(got, [0, 127, 128, 2000, 4095]);
 }
 
@@ -53,7 +54,7 @@ fn route_waker_marks_and_wakes_transport() {
     drop(w2);
     assert_eq!(Arc::strong_count(&r), 1, "wakers released their counts");
     assert!(p.absorb(&r));
-    assert_eq!(p.pop(), Some(33));
+    assert_eq!(p.bits().pop(), Some(33));
 }
 
 #[cfg(feature = "alloc")]
@@ -83,13 +84,16 @@ fn park_stores_a_waker_once_and_wakes_the_latest() {
     assert_eq!(ca.0.load(O::SeqCst), 1, "one wake per park");
     assert!(!p.park(&r, &a), "a route is ready: do not park");
     assert!(p.absorb(&r));
-    assert_eq!([p.pop(), p.pop(), p.pop()], [Some(4094), Some(4095), None]);
+    assert_eq!(
+        [p.bits().pop(), p.bits().pop(), p.bits().pop()],
+        [Some(4094), Some(4095), None]
+    );
     assert!(p.park(&r, &a));
     assert_eq!(Arc::strong_count(&ca), 4, "same waker: no new clone");
     r.mark(7);
     assert_eq!(ca.0.load(O::SeqCst), 2);
     assert!(p.absorb(&r));
-    assert_eq!(p.pop(), Some(7));
+    assert_eq!(p.bits().pop(), Some(7));
     // The task's waker changed: the cell is rewritten, the old clone
     // dropped.
     assert!(p.park(&r, &b));
@@ -104,59 +108,6 @@ fn park_stores_a_waker_once_and_wakes_the_latest() {
         "not parked"
     );
     assert!(!p.park(&r, &b));
-}
-
-fn leaked<const W: usize>() -> &'static Readiness<W> {
-    std::boxed::Box::leak(std::boxed::Box::new(Readiness::new()))
-}
-
-#[test]
-fn direct_hand_over_moves_the_cursor_as_pop_would() {
-    let r = leaked::<4>();
-    let mut p = Pending::<4>::new();
-    assert!(p.park(r, Waker::noop()));
-    r.mark(5);
-    assert_eq!(p.take(r), Some(5), "handed over while parked");
-    // Not parked now: these go through the bitmap.
-    r.mark(3);
-    r.mark(7);
-    assert_eq!(
-        [p.take(r), p.take(r), p.take(r)],
-        [Some(7), Some(3), None],
-        "round-robin resumes past the route served directly"
-    );
-}
-
-#[test]
-fn direct_hand_over_waits_its_turn_behind_routes_already_pending() {
-    let r = leaked::<4>();
-    let mut p = Pending::<4>::new();
-    p.set(5);
-    assert_eq!(p.take(r), Some(5));
-    assert!(p.park(r, Waker::noop()));
-    // A route set while parked (as `Routes::mark_all` does), then a hand-
-    // over: both are pending, and the cursor (past 5) says 2 goes first.
-    p.set(2);
-    r.mark(5);
-    assert_eq!([p.take(r), p.take(r), p.take(r)], [Some(2), Some(5), None]);
-}
-
-#[test]
-fn direct_hand_over_of_an_urgent_route_moves_the_urgent_cursor() {
-    let r = leaked::<4>();
-    let mut p = Pending::<4>::new();
-    p.set_urgent(3, 8);
-    assert!(p.park(r, Waker::noop()));
-    r.mark(1);
-    assert_eq!(p.take(r), Some(1));
-    r.mark(0);
-    r.mark(2);
-    r.mark(40);
-    assert_eq!(
-        [p.take(r), p.take(r), p.take(r), p.take(r)],
-        [Some(2), Some(0), Some(40), None],
-        "urgent first, from past route 1"
-    );
 }
 
 /// A transport polled with a by-reference waker whose clones have another
@@ -191,8 +142,8 @@ fn lent_waker_with_another_vtable_is_stored_once() {
     for round in 0..5 {
         assert!(p.park(r, &lent), "nothing ready");
         r.route_waker(round % 32).wake();
-        assert_eq!(p.take(r), Some(round % 32), "handed over");
-        assert_eq!(p.take(r), None);
+        assert_eq!(p.absorb_or_only(r, &0), Err(round % 32), "handed over");
+        assert_eq!(p.absorb_or_only(r, &0), Ok(false));
     }
     assert_eq!(WAKES.load(O::SeqCst), 5, "one wake per park");
     assert_eq!(CLONES.load(O::SeqCst), 2, "the cell was written once");

@@ -44,7 +44,7 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use aimdb_core::codec::{Decode, Json};
-use aimdb_core::link::{Cause, LinkState};
+use aimdb_core::presence::{Cause, LinkState};
 use device_protocol::{topics, Command, LinkStats, Reading, Status};
 use gateway::{broker, qemu};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};

@@ -26,7 +26,7 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use aimdb_core::codec::{Decode, Json};
-use aimdb_core::link::{Cause, LinkState, Status};
+use aimdb_core::presence::{Cause, LinkState, Status};
 use gateway::{broker, qemu};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};

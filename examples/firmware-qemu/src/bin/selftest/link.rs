@@ -7,7 +7,7 @@
 use aimdb_connectors::framed::{Config, Counters, Error, Framed, Heartbeat};
 use aimdb_connectors::loopback::Pair;
 use aimdb_core::inbound::Dispatch;
-use aimdb_core::link::{Cause, LinkState};
+use aimdb_core::presence::{Cause, LinkState};
 use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Latest, Record};
 use aimdb_core::sync::Readiness;
