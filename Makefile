@@ -59,9 +59,17 @@ doc:
 
 ## Packaging of the two library crates verified (built from the packaged
 ## sources), nothing uploaded. --allow-dirty: CI's own outputs (fuzz
-## corpora, target dirs) are not part of a package either way.
+## corpora, target dirs) are not part of a package either way. The
+## connectors are verified against the packaged core, which cargo treats
+## as a registry crate: unpacked once under CARGO_HOME (in a dir named
+## after the temporary overlay registry, starting with a dash; crates.io's
+## are named after the index) and built once per target dir, never checked
+## for changes. Both copies go first, or a second run verifies the
+## connectors against an old core.
+PUBLISH_TARGET := target/publish-check
 publish-check:
-	$(CARGO) publish --dry-run --allow-dirty -p aimdb-core -p aimdb-connectors
+	rm -rf "$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/-*/aimdb-core-* $(PUBLISH_TARGET)
+	$(CARGO) publish --dry-run --allow-dirty --target-dir $(PUBLISH_TARGET) -p aimdb-core -p aimdb-connectors
 
 ## The workspace with default and with all features; then every feature
 ## of the two library crates on its own (cargo-hack, installed here when
