@@ -26,7 +26,8 @@ demo:
 ## mosquitto, checked with mosquitto_sub/mosquitto_pub across a broker
 ## restart (examples/gateway/src/bin/mqtt-device-e2e.rs); then presence
 ## through the gateway: the device frozen, killed and restarted, the
-## gateway killed, watched with mosquitto_sub (src/bin/presence-e2e.rs).
+## gateway killed, watched with mosquitto_sub; and a killed gateway's own
+## QEMU and mosquitto ending with it (src/bin/presence-e2e.rs).
 e2e:
 	$(CARGO) xtask firmware device >/dev/null
 	$(CARGO) build --release -p aimdb-cli

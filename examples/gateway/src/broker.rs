@@ -1,6 +1,7 @@
 //! The MQTT broker the gateway starts when no `--broker` is given: a
 //! mosquitto child process listening on a free loopback port (anonymous,
-//! no persistence), stopped by PID when the gateway exits. The MQTT-device
+//! no persistence), stopped by PID when the gateway exits (and by the
+//! kernel when the gateway is killed: [`crate::child`]). The MQTT-device
 //! end-to-end run starts one with persistence ([`start_persistent`]) and
 //! restarts it mid-run ([`Broker::restart`]).
 //!
@@ -80,7 +81,7 @@ impl Broker {
 }
 
 fn spawn(exe: &PathBuf, conf: &PathBuf) -> Result<Child, String> {
-    Command::new(exe)
+    crate::child::command(exe)
         .arg("-c")
         .arg(conf)
         .stdin(Stdio::null())
@@ -142,18 +143,19 @@ fn start_with(persistent: bool) -> Result<Broker, String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let conf = dir.join("mosquitto.conf");
     let persistence = if persistent {
-        // `user root`: run as root (CI), mosquitto would otherwise switch
-        // to a `mosquitto` user that cannot write this directory; as any
-        // other user the line has no effect.
         format!(
-            "persistence true\npersistence_location {}/\nuser root\n",
+            "persistence true\npersistence_location {}/\n",
             dir.display()
         )
     } else {
         "persistence false\n".to_string()
     };
+    // `user root`: run as root (CI), mosquitto would otherwise switch to a
+    // `mosquitto` user, which cannot write this directory and which clears
+    // the parent-death signal (a change of user does); as any other user
+    // the line has no effect.
     let text = format!(
-        "listener {} 127.0.0.1\nallow_anonymous true\n{persistence}\
+        "listener {} 127.0.0.1\nallow_anonymous true\nuser root\n{persistence}\
          log_dest stderr\nlog_type error\nlog_type warning\n",
         addr.port()
     );

@@ -8,7 +8,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// `qemu-system-arm` running `elf` on the lm3s6965evb, its UART0 a TCP
-/// client of `127.0.0.1:port`. Killed when the handle is dropped.
+/// client of `127.0.0.1:port`. Killed when the handle is dropped, and
+/// with the process that started it ([`crate::child`]).
 pub fn spawn(elf: &Path, port: u16) -> std::io::Result<Child> {
     spawn_serial(elf, &format!("tcp:127.0.0.1:{port}"))
 }
@@ -17,7 +18,7 @@ pub fn spawn(elf: &Path, port: u16) -> std::io::Result<Child> {
 /// `-serial` argument (`tcp:127.0.0.1:PORT,reconnect=1` for a broker that
 /// may restart). Semihosting output is printed with the prefix `qemu| `.
 pub fn spawn_serial(elf: &Path, serial: &str) -> std::io::Result<Child> {
-    let mut child = Command::new("qemu-system-arm")
+    let mut child = Command::from(crate::child::command("qemu-system-arm"))
         .args(["-cpu", "cortex-m3", "-machine", "lm3s6965evb", "-nographic"])
         .args([
             "-monitor",

@@ -12,7 +12,9 @@
 //!    `closed` (or `io` if a write met the dead socket first; never
 //!    `silent`); a new QEMU → `online`;
 //! 4. the gateway killed (SIGKILL) → its will: `offline`, cause `lost`,
-//!    the sequence of its birth.
+//!    the sequence of its birth;
+//! 5. a gateway that started its own QEMU and mosquitto killed (SIGKILL)
+//!    → both of its children end too.
 //!
 //! Exits 0 only if every check held; every process it started is stopped
 //! by PID on the way out.
@@ -290,10 +292,99 @@ async fn run(args: &Args) -> Result<String, String> {
     println!("presence-e2e: gateway will {after:.1?} after SIGKILL: {will:?}");
     device.kill().await.map_err(|e| format!("kill QEMU: {e}"))?;
     drop(broker);
+
+    // 5. A gateway with children of its own, killed.
+    let orphans = children_end_with_gateway(args).await?;
     Ok(format!(
         "device born (seq {}), silent → offline after SIGSTOP, back after SIGCONT, \
          closed → offline after SIGKILL, reborn (seq {}); gateway born (seq {}) and its \
-         will after SIGKILL",
+         will after SIGKILL; {orphans}",
         born.seq, reborn.seq, gw_birth.seq
     ))
+}
+
+/// Starts a gateway that starts QEMU and mosquitto itself, SIGKILLs it
+/// once both run, and checks that both end with it.
+async fn children_end_with_gateway(args: &Args) -> Result<String, String> {
+    let mut gw = Command::new(&args.gateway)
+        .args(["--qemu".as_ref(), args.elf.as_os_str()])
+        .args(["--prefix", &format!("{PREFIX}/children")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("{}: {e}", args.gateway.display()))?;
+    let pid = gw.id().ok_or("the gateway exited at once")?;
+    let deadline = Instant::now() + WAIT;
+    let children = loop {
+        let c = children_of(pid);
+        let named = |n: &str| c.iter().any(|(_, name)| name.starts_with(n));
+        if named("qemu-system") && named("mosquitto") {
+            break c;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the gateway did not start QEMU and mosquitto: {c:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    gw.kill()
+        .await
+        .map_err(|e| format!("kill the gateway: {e}"))?;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left: Vec<_> = children.iter().filter(|(p, _)| running(*p)).collect();
+        if left.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            // Stopped here, so that no run leaves them behind.
+            for (p, _) in &left {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", &p.to_string()])
+                    .status();
+            }
+            return Err(format!(
+                "still running {WAIT:?} after the gateway's SIGKILL: {left:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let names: Vec<_> = children.iter().map(|(_, n)| n.as_str()).collect();
+    println!("presence-e2e: the killed gateway's children ended with it: {names:?}");
+    Ok(format!(
+        "the killed gateway's {} ended with it",
+        names.join(" and ")
+    ))
+}
+
+/// The running processes whose parent is `parent`: pid and name.
+fn children_of(parent: u32) -> Vec<(u32, String)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let pid = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let (name, state, ppid) = stat(pid)?;
+        (ppid == parent && state != 'Z').then_some((pid, name))
+    })
+    .collect()
+}
+
+/// Whether `pid` is a process that has not exited (a zombie has).
+fn running(pid: u32) -> bool {
+    stat(pid).is_some_and(|(_, state, _)| state != 'Z')
+}
+
+/// A process's name, state and parent from `/proc/PID/stat`.
+fn stat(pid: u32) -> Option<(String, char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "PID (NAME) STATE PPID ...": the name may hold spaces and ')'.
+    let (head, rest) = stat.rsplit_once(") ")?;
+    let name = head.split_once(" (")?.1.to_string();
+    let mut fields = rest.split(' ');
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((name, state, ppid))
 }
