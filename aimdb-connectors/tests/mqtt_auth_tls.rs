@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use aimdb_connectors::mqtt::rustls::{self, CertificateError};
 use aimdb_connectors::mqtt::{
-    Cause, Config, Connect, ConnectFailure, Counters, TlsConnect, TlsConnectError,
+    Cause, Config, Connect, ConnectFailure, Counters, TlsConnect, TlsConnectError, TlsSetupError,
 };
 use aimdb_connectors::reconnect::{Backoff, Reconnect, Stopped};
 use aimdb_core::codec::Postcard;
@@ -32,8 +32,8 @@ use aimdb_core::record::{Latest, Record};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use mosquitto::{
-    addr, alongside, connector, free_port, password_file, publish, tcp, try_publish, until, within,
-    Broker, ClientArgs, Sub, TempDir,
+    addr, alongside, ca, client_cert, connector, free_port, password_file, publish, server_cert,
+    tcp, try_publish, until, within, Broker, ClientArgs, Sub, TempDir,
 };
 
 const USER: &str = "aimdb";
@@ -172,34 +172,13 @@ struct Pki {
     key: PathBuf,
 }
 
-fn ca(name: &str) -> rcgen::CertifiedIssuer<'static, rcgen::KeyPair> {
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    params.key_usages = vec![
-        rcgen::KeyUsagePurpose::KeyCertSign,
-        rcgen::KeyUsagePurpose::CrlSign,
-    ];
-    rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap()
-}
-
 fn pki(dir: &TempDir) -> Pki {
     let ca = ca("aimdb test CA");
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params =
-        rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
-            .unwrap();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "localhost");
-    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = params.signed_by(&key, &ca).unwrap();
+    let (cert, key) = server_cert(&ca);
     Pki {
         ca: dir.write("ca.pem", ca.pem()),
-        cert: dir.write("server.pem", cert.pem()),
-        key: dir.write("server.key", key.serialize_pem()),
+        cert: dir.write("server.pem", cert),
+        key: dir.write("server.key", key),
     }
 }
 
@@ -345,4 +324,26 @@ async fn tls_untrusted_ca_or_wrong_name_fails_to_connect_and_is_counted() {
     assert_eq!(why, Some(Cause::Connect(ConnectFailure::Tls)));
     // No MQTT session was ever opened by it.
     assert!(!broker.log().contains("aimdb-refused"), "{}", broker.log());
+}
+
+#[test]
+fn a_client_certificate_without_its_own_key_is_refused_at_setup() {
+    let ca = ca("aimdb test CA");
+    let ca_pem = ca.pem();
+    let (cert, key) = client_cert(&ca, "dev7");
+    let (_, other_key) = client_cert(&ca, "dev8");
+    let build = |cert: &str, key: &str| {
+        TlsConnect::with_client_pem(
+            "127.0.0.1:1",
+            "localhost",
+            ca_pem.as_bytes(),
+            cert.as_bytes(),
+            key.as_bytes(),
+        )
+        .map(|_| ())
+    };
+    assert_eq!(build(&cert, &key), Ok(()));
+    assert_eq!(build(&cert, &other_key), Err(TlsSetupError::ClientKey));
+    assert_eq!(build(&cert, ""), Err(TlsSetupError::ClientKey));
+    assert_eq!(build("", &key), Err(TlsSetupError::ClientCertificate));
 }

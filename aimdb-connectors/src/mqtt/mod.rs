@@ -177,7 +177,9 @@ pub use cause::Cause;
 pub use counters::{Counters, Stats};
 pub use engine::Engine;
 #[cfg(feature = "tls")]
-pub use tls::{tls_client_config, TlsConnect, TlsConnectError, TlsSetupError};
+pub use tls::{
+    tls_client_config, tls_client_config_with_cert, TlsConnect, TlsConnectError, TlsSetupError,
+};
 /// The rustls [`TlsConnect`] is built on, for a custom
 /// [`rustls::ClientConfig`].
 #[cfg(feature = "tls")]

@@ -8,6 +8,8 @@
 //! ([`TlsConnect::with_ca_pem`]) or whatever your own
 //! [`rustls::ClientConfig`] trusts ([`TlsConnect::new`]), and against the
 //! server name (a DNS name or an IP address the certificate must list).
+//! A broker that identifies clients by certificate gets one from
+//! [`TlsConnect::with_client_pem`].
 //! Username and password are MQTT's, not TLS's: set
 //! [`Config::credentials`](super::Config::credentials); TLS keeps them off
 //! the wire in clear.
@@ -38,7 +40,7 @@ use ::tokio::io::{ReadHalf, WriteHalf};
 use ::tokio::net::TcpStream;
 use embedded_io_adapters::tokio_1::FromTokio;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
@@ -86,6 +88,23 @@ impl TlsConnect {
         Self::new(addr, server_name, Arc::new(tls_client_config(ca_pem)?))
     }
 
+    /// As [`Self::with_ca_pem`], and presenting a client certificate: the
+    /// chain in `cert_pem` (the client's certificate first) and its private
+    /// key in `key_pem` (PKCS#8, SEC1 or PKCS#1 PEM). A broker that takes
+    /// the certificate's identity as the user name
+    /// (`use_identity_as_username` in mosquitto) applies its ACL to it.
+    /// See [`tls_client_config_with_cert`].
+    pub fn with_client_pem(
+        addr: impl fmt::Display,
+        server_name: &str,
+        ca_pem: &[u8],
+        cert_pem: &[u8],
+        key_pem: &[u8],
+    ) -> Result<Self, TlsSetupError> {
+        let config = tls_client_config_with_cert(ca_pem, cert_pem, key_pem)?;
+        Self::new(addr, server_name, Arc::new(config))
+    }
+
     /// The name the broker's certificate is checked against.
     pub fn server_name(&self) -> &ServerName<'static> {
         &self.server_name
@@ -106,6 +125,35 @@ impl TlsConnect {
 /// process-wide default, so this works whichever rustls crypto features
 /// other crates in the build turn on.
 pub fn tls_client_config(ca_pem: &[u8]) -> Result<ClientConfig, TlsSetupError> {
+    Ok(trusting(ca_pem)?.with_no_client_auth())
+}
+
+/// [`tls_client_config`] presenting the client certificate chain in
+/// `cert_pem` (every `CERTIFICATE` block, the client's own first) with the
+/// private key in `key_pem` (the first `PRIVATE KEY`, `EC PRIVATE KEY` or
+/// `RSA PRIVATE KEY` block). A key that does not belong to the
+/// certificate is refused here, not at the broker.
+pub fn tls_client_config_with_cert(
+    ca_pem: &[u8],
+    cert_pem: &[u8],
+    key_pem: &[u8],
+) -> Result<ClientConfig, TlsSetupError> {
+    let chain = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<std::vec::Vec<_>, _>>()
+        .map_err(|_| TlsSetupError::ClientCertificate)?;
+    if chain.is_empty() {
+        return Err(TlsSetupError::ClientCertificate);
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|_| TlsSetupError::ClientKey)?;
+    trusting(ca_pem)?
+        .with_client_auth_cert(chain, key)
+        .map_err(|_| TlsSetupError::ClientKey)
+}
+
+/// A client configuration builder trusting exactly the CAs in `ca_pem`.
+fn trusting(
+    ca_pem: &[u8],
+) -> Result<rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>, TlsSetupError> {
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem) {
         let cert = cert.map_err(|_| TlsSetupError::Pem)?;
@@ -120,8 +168,7 @@ pub fn tls_client_config(ca_pem: &[u8]) -> Result<ClientConfig, TlsSetupError> {
     Ok(ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|_| TlsSetupError::Provider)?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
+        .with_root_certificates(roots))
 }
 
 // By hand: `TlsConnector` has no `Debug`.
@@ -176,6 +223,11 @@ pub enum TlsSetupError {
     BadCaCertificate,
     /// The crypto provider offers no safe protocol version.
     Provider,
+    /// The client certificate PEM holds no parsable `CERTIFICATE` block.
+    ClientCertificate,
+    /// The client key PEM holds no parsable private key, or the key is not
+    /// usable with the client certificate.
+    ClientKey,
 }
 
 impl fmt::Display for TlsSetupError {
@@ -186,6 +238,10 @@ impl fmt::Display for TlsSetupError {
             Self::NoCaCertificate => "no CERTIFICATE block in the CA PEM",
             Self::BadCaCertificate => "CA certificate is not a usable trust anchor",
             Self::Provider => "TLS crypto provider has no safe protocol version",
+            Self::ClientCertificate => {
+                "no parsable CERTIFICATE block in the client certificate PEM"
+            }
+            Self::ClientKey => "client key PEM unparsable or not the client certificate's key",
         })
     }
 }

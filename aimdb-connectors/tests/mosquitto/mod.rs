@@ -112,21 +112,89 @@ impl Drop for TempDir {
 /// A mosquitto password file for one user, made by `mosquitto_passwd -b -c`
 /// (Debian package `mosquitto`).
 pub fn password_file(dir: &TempDir, user: &str, password: &str) -> PathBuf {
+    passwords(dir, &[(user, password)])
+}
+
+/// A mosquitto password file for every `(user, password)`, made by
+/// `mosquitto_passwd -b` (`-c` for the first).
+pub fn passwords(dir: &TempDir, users: &[(&str, &str)]) -> PathBuf {
     let p = dir.path().join("passwd");
-    let out = tool("mosquitto_passwd")
-        .args(["-b", "-c"])
-        .arg(&p)
-        .args([user, password])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run mosquitto_passwd");
-    assert!(
-        out.status.success(),
-        "mosquitto_passwd failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for (i, (user, password)) in users.iter().enumerate() {
+        let out = tool("mosquitto_passwd")
+            .args(if i == 0 { &["-b", "-c"][..] } else { &["-b"] })
+            .arg(&p)
+            .args([user, password])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run mosquitto_passwd");
+        assert!(
+            out.status.success(),
+            "mosquitto_passwd failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     p
+}
+
+// ------------------------------------------------------------ certificates
+
+/// A CA made at run time (rcgen): its certificate and key live in memory
+/// and in a test's [`TempDir`], never in the repository.
+pub fn ca(name: &str) -> rcgen::CertifiedIssuer<'static, rcgen::KeyPair> {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+    ];
+    rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap()
+}
+
+/// A broker certificate signed by `ca`, valid for `localhost` and
+/// 127.0.0.1: (certificate PEM, key PEM).
+pub fn server_cert(ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>) -> (String, String) {
+    let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+    leaf(
+        ca,
+        names,
+        "localhost",
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+    )
+}
+
+/// A client certificate signed by `ca` with common name `name` (what a
+/// broker with `use_identity_as_username` takes as the user name):
+/// (certificate PEM, key PEM).
+pub fn client_cert(
+    ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    name: &str,
+) -> (String, String) {
+    leaf(
+        ca,
+        Vec::new(),
+        name,
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    )
+}
+
+fn leaf(
+    ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    names: Vec<String>,
+    common_name: &str,
+    usage: rcgen::ExtendedKeyUsagePurpose,
+) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(names).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, common_name);
+    params.extended_key_usages = vec![usage];
+    let cert = params.signed_by(&key, ca).unwrap();
+    (cert.pem(), key.serialize_pem())
 }
 
 /// A mosquitto process, killed (by its PID) on drop.
@@ -297,6 +365,17 @@ impl ClientArgs {
 
     pub fn cafile(mut self, ca: &Path) -> Self {
         self.0.extend(["--cafile".into(), ca.display().to_string()]);
+        self
+    }
+
+    /// A client certificate and its key (PEM files).
+    pub fn cert(mut self, cert: &Path, key: &Path) -> Self {
+        self.0.extend([
+            "--cert".into(),
+            cert.display().to_string(),
+            "--key".into(),
+            key.display().to_string(),
+        ]);
         self
     }
 }
