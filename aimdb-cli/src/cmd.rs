@@ -58,6 +58,8 @@ fn mqtt_args<'a>(cli: &'a Cli, url: &'a str) -> MqttArgs<'a> {
         username: cli.username.as_deref(),
         password: cli.password.as_deref(),
         tls_ca: cli.tls_ca.as_deref(),
+        tls_cert: cli.tls_cert.as_deref(),
+        tls_key: cli.tls_key.as_deref(),
     }
 }
 

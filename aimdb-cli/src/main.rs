@@ -22,6 +22,8 @@ Exit codes:
   4  timeout (no answer from the node)
   5  node error (e.g. no such record, record is read-only)
   6  schema/JSON mismatch (the value does not fit the record's schema)
+  7  not allowed (the broker refused to let this client read the node's
+     answers: its ACL)
   1  anything else";
 
 /// Talk to a running AimDB node: list its records, read, write and watch
@@ -48,6 +50,12 @@ pub struct Cli {
     /// CA certificate (PEM) to verify the broker with; turns TLS on.
     #[arg(long, global = true, value_name = "PEM")]
     tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) to present to the broker; with --tls-key.
+    #[arg(long, global = true, value_name = "PEM", requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM); with --tls-cert.
+    #[arg(long, global = true, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Framed link over TCP: HOST:PORT.
     #[arg(
         long,
@@ -128,6 +136,7 @@ pub enum Fail {
     Timeout(String),
     Node(aimdb_core::remote::RequestError),
     Schema(String),
+    NotAllowed(String),
     Other(String),
 }
 
@@ -139,6 +148,7 @@ impl Fail {
             Fail::Timeout(_) => 4,
             Fail::Node(_) => 5,
             Fail::Schema(_) => 6,
+            Fail::NotAllowed(_) => 7,
             Fail::Other(_) => 1,
         }
     }
@@ -152,6 +162,7 @@ impl std::fmt::Display for Fail {
             | Fail::Unreachable(m)
             | Fail::Timeout(m)
             | Fail::Schema(m)
+            | Fail::NotAllowed(m)
             | Fail::Other(m) => f.write_str(m),
         }
     }

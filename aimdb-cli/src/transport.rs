@@ -141,12 +141,24 @@ pub struct MqttArgs<'a> {
     pub username: Option<&'a str>,
     pub password: Option<&'a str>,
     pub tls_ca: Option<&'a std::path::Path>,
+    /// Client certificate and key (PEM files), presented in the TLS
+    /// handshake.
+    pub tls_cert: Option<&'a std::path::Path>,
+    pub tls_key: Option<&'a std::path::Path>,
+}
+
+/// A PEM file's bytes; `flag` names it in the error.
+fn pem(flag: &str, p: &std::path::Path) -> Result<Vec<u8>, Fail> {
+    std::fs::read(p).map_err(|e| Fail::Usage(format!("{flag} {}: {e}", p.display())))
 }
 
 /// Connects to the broker and subscribes to `topics` (waits for the
 /// broker's acknowledgements, so no answer is missed).
 pub async fn mqtt(args: &MqttArgs<'_>, topics: &[String], timeout: Duration) -> Result<Conn, Fail> {
-    use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS, TlsConfiguration, Transport};
+    use rumqttc::{
+        AsyncClient, Event, MqttOptions, Packet, QoS, SubscribeReasonCode, TlsConfiguration,
+        Transport,
+    };
 
     let (tls, rest) = if let Some(r) = args.url.strip_prefix("mqtts://") {
         (true, r)
@@ -178,19 +190,22 @@ pub async fn mqtt(args: &MqttArgs<'_>, topics: &[String], timeout: Duration) -> 
     }
     if tls {
         let ca = match args.tls_ca {
-            Some(p) => std::fs::read(p)
-                .map_err(|e| Fail::Usage(format!("--tls-ca {}: {e}", p.display())))?,
+            Some(p) => pem("--tls-ca", p)?,
             None => {
                 return Err(Fail::Usage(
                     "mqtts:// needs --tls-ca PEM (the broker's CA)".into(),
                 ))
             }
         };
+        let client_auth = match (args.tls_cert, args.tls_key) {
+            (Some(c), Some(k)) => Some((pem("--tls-cert", c)?, pem("--tls-key", k)?)),
+            _ => None,
+        };
         let _ = rustls::crypto::ring::default_provider().install_default();
         opts.set_transport(Transport::Tls(TlsConfiguration::Simple {
             ca,
             alpn: None,
-            client_auth: None,
+            client_auth,
         }));
     }
     let (client, mut ev) = AsyncClient::new(opts, 64);
@@ -214,7 +229,17 @@ pub async fn mqtt(args: &MqttArgs<'_>, topics: &[String], timeout: Duration) -> 
         let mut acked = 0;
         while acked < topics.len() {
             match ev.poll().await {
-                Ok(Event::Incoming(Packet::SubAck(_))) => acked += 1,
+                // One SUBSCRIBE per topic, acknowledged in order.
+                Ok(Event::Incoming(Packet::SubAck(a))) => {
+                    if a.return_codes.contains(&SubscribeReasonCode::Failure) {
+                        return Err(Fail::NotAllowed(format!(
+                            "mqtt {}: the broker refused the subscription to {} \
+                             (its ACL does not let this client read it)",
+                            args.url, topics[acked]
+                        )));
+                    }
+                    acked += 1;
+                }
                 Ok(Event::Incoming(Packet::Publish(p))) => {
                     let _ = in_tx.try_send((p.topic, p.payload.to_vec()));
                 }

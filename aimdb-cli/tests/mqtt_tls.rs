@@ -10,7 +10,9 @@ mod mosquitto;
 use std::path::Path;
 
 use common::{aimdb, expect_code, stderr, stdout};
-use mosquitto::{free_port, password_file, publish_retained, Broker, ClientArgs, TempDir};
+use mosquitto::{
+    ca, free_port, password_file, publish_retained, server_cert, Broker, ClientArgs, TempDir,
+};
 use serde_json::{json, Value};
 
 const USER: &str = "cli";
@@ -25,19 +27,6 @@ fn have_mosquitto() -> bool {
         ]
         .iter()
         .any(|p| Path::new(p).exists())
-}
-
-fn ca(name: &str) -> rcgen::CertifiedIssuer<'static, rcgen::KeyPair> {
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    params.key_usages = vec![
-        rcgen::KeyUsagePurpose::KeyCertSign,
-        rcgen::KeyUsagePurpose::CrlSign,
-    ];
-    rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap()
 }
 
 async fn run(args: Vec<String>) -> std::process::Output {
@@ -57,18 +46,10 @@ async fn nodes_over_tls_with_a_password() {
     }
     let dir = TempDir::new("cli-tls");
     let ca_cert = ca("aimdb cli test CA");
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params =
-        rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
-            .unwrap();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "localhost");
-    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = params.signed_by(&key, &ca_cert).unwrap();
+    let (cert, key) = server_cert(&ca_cert);
     let ca_pem = dir.write("ca.pem", ca_cert.pem());
-    let cert_pem = dir.write("server.pem", cert.pem());
-    let key_pem = dir.write("server.key", key.serialize_pem());
+    let cert_pem = dir.write("server.pem", cert);
+    let key_pem = dir.write("server.key", key);
     let other_ca = dir.write("other.pem", ca("someone else").pem());
     let passwd = password_file(&dir, USER, PASSWORD);
     let broker = Broker::start(
