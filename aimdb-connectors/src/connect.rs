@@ -2,14 +2,15 @@
 //! connectors ([`Framed::run_reconnecting`](crate::framed::Framed::run_reconnecting)
 //! and the MQTT connector) call on every connection attempt.
 //!
-//! A connection is two halves, an `embedded-io-async` [`Read`] and a
-//! [`Write`]: the framed connector reads and writes concurrently, which
-//! needs them apart; the MQTT connector joins them again with [`Duplex`]
-//! (a zero-cost wrapper), so one implementation serves both. Every stream
-//! this crate meets splits without a lock: a UART's RX and TX, an
-//! embassy-net `TcpSocket::split()`, tokio's `into_split()`; a stream that
-//! cannot (a TLS session) is split through tokio's lock
-//! ([`tokio_io::split`](crate::tokio_io::split)).
+//! A [`Connection`] is split into two halves, an `embedded-io-async`
+//! [`Read`] and a [`Write`], which the runner polls together: it reads
+//! and writes concurrently. Halves already apart (a UART's RX and TX, an
+//! embassy-net `TcpSocket::split()`, tokio's `into_split()`) are a pair
+//! `(rx, tx)`; a layer whose state both halves need is a connection of its
+//! own whose halves share it (the device TLS session of `tls`); a stream
+//! that only splits behind a lock (rustls on hosts) goes through tokio's
+//! ([`tokio_io::split`](crate::tokio_io::split)). [`Duplex`] joins two
+//! halves again for a client that takes one stream.
 //!
 //! Implementations here: an always-open `(rx, tx)` pair (a UART; each
 //! "connection" is the same two halves), and with features `tokio_io`'s
@@ -20,11 +21,54 @@ use core::fmt;
 
 use embedded_io_async::{ErrorType, Read, ReadReady, Write};
 
+/// An open connection, split by the connector into a receiving and a
+/// sending half that it polls together.
+///
+/// Halves that are already apart (a UART's RX and TX, tokio's
+/// `into_split()`, embassy-net's `TcpSocket::split()`) are a pair `(R, W)`;
+/// a layer that keeps state both halves need (a TLS session over the
+/// pair) is a type of its own whose halves share it.
+///
+/// # Cancel safety
+///
+/// The connector drops a read, write or flush future that is pending and
+/// calls again later: a half must lose nothing when that happens (a read
+/// that returned `Pending` consumed nothing, a write that returned
+/// `Pending` took nothing).
+pub trait Connection {
+    /// The receiving half.
+    type Rx<'h>: Read
+    where
+        Self: 'h;
+    /// The sending half; its error type is the receiving half's, so the
+    /// two can be joined into one stream ([`Duplex`]).
+    type Tx<'h>: Write<Error = <Self::Rx<'h> as ErrorType>::Error>
+    where
+        Self: 'h;
+    /// The two halves, for as long as the connection is driven.
+    fn split(&mut self) -> (Self::Rx<'_>, Self::Tx<'_>);
+}
+
+/// Two halves that are already apart, lent as they are.
+impl<R: Read, W: Write<Error = R::Error>> Connection for (R, W) {
+    type Rx<'h>
+        = &'h mut R
+    where
+        Self: 'h;
+    type Tx<'h>
+        = &'h mut W
+    where
+        Self: 'h;
+    fn split(&mut self) -> (&mut R, &mut W) {
+        (&mut self.0, &mut self.1)
+    }
+}
+
 /// Opens a fresh connection, once per connection attempt.
 ///
-/// The halves may borrow from the implementation (an embassy-net socket
-/// borrows its RX/TX buffers, a UART pair lends its halves), hence the
-/// lifetimes.
+/// The connection may borrow from the implementation (an embassy-net
+/// socket borrows its RX/TX buffers, a UART pair lends its halves), hence
+/// the lifetime.
 ///
 /// # Cancel safety
 ///
@@ -38,19 +82,14 @@ use embedded_io_async::{ErrorType, Read, ReadReady, Write};
 // sockets need no `Send` at all.
 #[allow(async_fn_in_trait)]
 pub trait Connect {
-    /// The receiving half of an open connection.
-    type Rx<'c>: Read
-    where
-        Self: 'c;
-    /// The sending half; its error type is the receiving half's, so the
-    /// two can be joined into one stream ([`Duplex`]).
-    type Tx<'c>: Write<Error = <Self::Rx<'c> as ErrorType>::Error>
+    /// An open connection.
+    type Connection<'c>: Connection
     where
         Self: 'c;
     /// Why opening failed.
     type Error: fmt::Debug;
     /// Opens the connection (TCP connect, TLS handshake, …).
-    async fn connect(&mut self) -> Result<(Self::Rx<'_>, Self::Tx<'_>), Self::Error>;
+    async fn connect(&mut self) -> Result<Self::Connection<'_>, Self::Error>;
     /// How `error` failed, for the connectors' `last_error`; by default
     /// [`ConnectFailure::Other`].
     fn failure(error: &Self::Error) -> ConnectFailure {
@@ -98,16 +137,12 @@ where
     R: Read + ReadReady,
     W: Write<Error = R::Error>,
 {
-    type Rx<'c>
-        = &'c mut R
-    where
-        Self: 'c;
-    type Tx<'c>
-        = &'c mut W
+    type Connection<'c>
+        = Lent<'c, R, W>
     where
         Self: 'c;
     type Error = R::Error;
-    async fn connect(&mut self) -> Result<(&mut R, &mut W), R::Error> {
+    async fn connect(&mut self) -> Result<Lent<'_, R, W>, R::Error> {
         let mut junk = [0u8; 32];
         // Until a read would wait; a closed stream (reads 0 at once) has
         // nothing left to drain.
@@ -116,7 +151,31 @@ where
                 break;
             }
         }
-        Ok((&mut self.0, &mut self.1))
+        Ok(Lent {
+            rx: &mut self.0,
+            tx: &mut self.1,
+        })
+    }
+}
+
+/// The connection of an always-open pair: its two halves, lent.
+#[derive(Debug)]
+pub struct Lent<'c, R, W> {
+    rx: &'c mut R,
+    tx: &'c mut W,
+}
+
+impl<R: Read, W: Write<Error = R::Error>> Connection for Lent<'_, R, W> {
+    type Rx<'h>
+        = &'h mut R
+    where
+        Self: 'h;
+    type Tx<'h>
+        = &'h mut W
+    where
+        Self: 'h;
+    fn split(&mut self) -> (&mut R, &mut W) {
+        (&mut *self.rx, &mut *self.tx)
     }
 }
 
@@ -178,7 +237,8 @@ mod tests {
         block_on(async {
             // Half a packet the previous connection never read.
             peer_tx.write_all(&[0x30; 40]).await.unwrap();
-            let (rx, tx) = halves.connect().await.unwrap();
+            let mut conn = halves.connect().await.unwrap();
+            let (rx, tx) = conn.split();
             assert_eq!(rx.read_ready(), Ok(false), "left-overs drained");
             peer_tx.write_all(b"new").await.unwrap();
             let mut buf = [0u8; 8];
@@ -195,7 +255,8 @@ mod tests {
         let mut halves = pair.a();
         pair.close();
         block_on(async {
-            let (rx, _) = halves.connect().await.unwrap();
+            let mut conn = halves.connect().await.unwrap();
+            let (rx, _) = conn.split();
             let mut buf = [0u8; 4];
             assert_eq!(rx.read(&mut buf).await.unwrap(), 0, "still closed");
         });

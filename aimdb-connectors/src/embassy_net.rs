@@ -179,12 +179,8 @@ impl core::fmt::Debug for TcpConnect<'_> {
 /// A dropped `connect` future leaves the socket mid-handshake; the next
 /// call resets it first.
 impl Connect for TcpConnect<'_> {
-    type Rx<'c>
-        = TcpReader<'c>
-    where
-        Self: 'c;
-    type Tx<'c>
-        = TcpWriter<'c>
+    type Connection<'c>
+        = (TcpReader<'c>, TcpWriter<'c>)
     where
         Self: 'c;
     type Error = ConnectError;

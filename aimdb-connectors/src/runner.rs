@@ -48,7 +48,7 @@ use embedded_io_async::{Error as _, ErrorKind, Read, Write};
 use portable_atomic::{AtomicBool, Ordering};
 
 use crate::clock::{Clock, Instant};
-use crate::connect::Connect;
+use crate::connect::{Connect, Connection};
 use crate::engine::{Engine, Failure, IoEnd, Offer};
 use crate::reconnect::{Backoff, Reconnect, Stopped};
 
@@ -313,14 +313,17 @@ impl<'l> Runner<'l> {
             )
             .await;
             let failure = match opened {
-                Either3::First(Ok(halves)) => {
+                Either3::First(Ok(mut conn)) => {
                     d.engine.open(d.clock.now());
                     let limits = Limits {
                         open_until,
                         close_for: settings.close_timeout,
                         counted: true,
                     };
-                    match self.connection(d, halves, limits, stop.as_mut()).await {
+                    match self
+                        .connection(d, conn.split(), limits, stop.as_mut())
+                        .await
+                    {
                         Outcome::Reopen => continue,
                         Outcome::Stopped => return self.stopped(d.engine),
                         Outcome::TimedOut => Failure::Timeout,

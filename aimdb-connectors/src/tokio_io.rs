@@ -153,10 +153,12 @@ impl TcpConnect {
 }
 
 impl Connect for TcpConnect {
-    type Rx<'c> = FromTokio<tcp::OwnedReadHalf>;
-    type Tx<'c> = FromTokio<tcp::OwnedWriteHalf>;
+    type Connection<'c> = (
+        FromTokio<tcp::OwnedReadHalf>,
+        FromTokio<tcp::OwnedWriteHalf>,
+    );
     type Error = std::io::Error;
-    async fn connect(&mut self) -> std::io::Result<(Self::Rx<'_>, Self::Tx<'_>)> {
+    async fn connect(&mut self) -> std::io::Result<Self::Connection<'_>> {
         Ok(tcp(TcpStream::connect(self.addr.as_str()).await?))
     }
     fn failure(error: &std::io::Error) -> ConnectFailure {
@@ -179,10 +181,12 @@ impl UnixConnect {
 }
 
 impl Connect for UnixConnect {
-    type Rx<'c> = FromTokio<unix::OwnedReadHalf>;
-    type Tx<'c> = FromTokio<unix::OwnedWriteHalf>;
+    type Connection<'c> = (
+        FromTokio<unix::OwnedReadHalf>,
+        FromTokio<unix::OwnedWriteHalf>,
+    );
     type Error = std::io::Error;
-    async fn connect(&mut self) -> std::io::Result<(Self::Rx<'_>, Self::Tx<'_>)> {
+    async fn connect(&mut self) -> std::io::Result<Self::Connection<'_>> {
         Ok(unix(UnixStream::connect(&self.path).await?))
     }
     fn failure(error: &std::io::Error) -> ConnectFailure {

@@ -67,10 +67,12 @@ fn no_routes() -> Routes<'static, &'static Readiness<1>, 1, 1> {
 struct Conns(VecDeque<&'static P>);
 
 impl aimdb_connectors::Connect for Conns {
-    type Rx<'c> = PipeReader<'static, NoopRawMutex, 1024>;
-    type Tx<'c> = PipeWriter<'static, NoopRawMutex, 1024>;
+    type Connection<'c> = (
+        PipeReader<'static, NoopRawMutex, 1024>,
+        PipeWriter<'static, NoopRawMutex, 1024>,
+    );
     type Error = &'static str;
-    async fn connect(&mut self) -> Result<(Self::Rx<'_>, Self::Tx<'_>), Self::Error> {
+    async fn connect(&mut self) -> Result<Self::Connection<'_>, Self::Error> {
         self.0
             .pop_front()
             .map(|p| p.a())

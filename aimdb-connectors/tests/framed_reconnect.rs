@@ -36,10 +36,12 @@ enum Attempt {
 struct Script(VecDeque<Attempt>);
 
 impl aimdb_connectors::Connect for Script {
-    type Rx<'c> = PipeReader<'static, NoopRawMutex, 512>;
-    type Tx<'c> = PipeWriter<'static, NoopRawMutex, 512>;
+    type Connection<'c> = (
+        PipeReader<'static, NoopRawMutex, 512>,
+        PipeWriter<'static, NoopRawMutex, 512>,
+    );
     type Error = &'static str;
-    async fn connect(&mut self) -> Result<(Self::Rx<'_>, Self::Tx<'_>), Self::Error> {
+    async fn connect(&mut self) -> Result<Self::Connection<'_>, Self::Error> {
         match self.0.pop_front() {
             Some(Attempt::Open(p)) => Ok(p.a()),
             Some(Attempt::Refused) | None => Err("refused"),

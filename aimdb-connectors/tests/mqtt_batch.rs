@@ -25,9 +25,11 @@ use aimdb_core::outbound::Routes;
 use aimdb_core::record::{Record, Ring};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+use embedded_io_adapters::tokio_1::FromTokio;
 use embedded_io_async::{ErrorType, Write};
 use mosquitto::{alongside, connector, free_port, read_packet, tcp, until, within, Broker, Sub};
 use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 fn config(client_id: &str) -> Config<'_> {
     let mut c = Config::new(client_id);
@@ -66,11 +68,13 @@ impl<T: Write> Write for CountingTx<T> {
 }
 
 impl Connect for Counting {
-    type Rx<'c> = <TcpConnect as Connect>::Rx<'c>;
-    type Tx<'c> = CountingTx<<TcpConnect as Connect>::Tx<'c>>;
+    type Connection<'c> = (
+        FromTokio<OwnedReadHalf>,
+        CountingTx<FromTokio<OwnedWriteHalf>>,
+    );
     type Error = <TcpConnect as Connect>::Error;
 
-    async fn connect(&mut self) -> Result<(Self::Rx<'_>, Self::Tx<'_>), Self::Error> {
+    async fn connect(&mut self) -> Result<Self::Connection<'_>, Self::Error> {
         let (rx, tx) = self.inner.connect().await?;
         let writes = self.writes.clone();
         Ok((rx, CountingTx { tx, writes }))

@@ -84,12 +84,8 @@ struct Scripted<'d> {
 }
 
 impl<'d> Connect for Scripted<'d> {
-    type Rx<'c>
-        = Script<'d>
-    where
-        Self: 'c;
-    type Tx<'c>
-        = Discard
+    type Connection<'c>
+        = (Script<'d>, Discard)
     where
         Self: 'c;
     type Error = ();

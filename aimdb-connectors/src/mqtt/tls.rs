@@ -182,11 +182,13 @@ impl fmt::Debug for TlsConnect {
 }
 
 impl Connect for TlsConnect {
-    type Rx<'c> = FromTokio<ReadHalf<TlsStream<TcpStream>>>;
-    type Tx<'c> = FromTokio<WriteHalf<TlsStream<TcpStream>>>;
+    type Connection<'c> = (
+        FromTokio<ReadHalf<TlsStream<TcpStream>>>,
+        FromTokio<WriteHalf<TlsStream<TcpStream>>>,
+    );
     type Error = TlsConnectError;
 
-    async fn connect(&mut self) -> Result<(Self::Rx<'_>, Self::Tx<'_>), Self::Error> {
+    async fn connect(&mut self) -> Result<Self::Connection<'_>, Self::Error> {
         let tcp = TcpStream::connect(self.tcp.addr())
             .await
             .map_err(TlsConnectError::Tcp)?;

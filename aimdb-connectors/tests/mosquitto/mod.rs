@@ -630,17 +630,13 @@ pub struct Gated<G: Fn() -> bool> {
 }
 
 impl<G: Fn() -> bool> Connect for Gated<G> {
-    type Rx<'c>
-        = <TcpConnect as Connect>::Rx<'c>
-    where
-        Self: 'c;
-    type Tx<'c>
-        = <TcpConnect as Connect>::Tx<'c>
+    type Connection<'c>
+        = <TcpConnect as Connect>::Connection<'c>
     where
         Self: 'c;
     type Error = std::io::Error;
 
-    async fn connect(&mut self) -> Result<(Self::Rx<'_>, Self::Tx<'_>), Self::Error> {
+    async fn connect(&mut self) -> Result<Self::Connection<'_>, Self::Error> {
         if !(self.open)() {
             return Err(std::io::Error::other("gate closed"));
         }

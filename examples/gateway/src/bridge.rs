@@ -78,11 +78,13 @@ pub enum DeviceLink {
 /// Each attempt of the device connector: accept QEMU's connection, or
 /// connect to it.
 impl aimdb_connectors::Connect for DeviceLink {
-    type Rx<'c> = FromTokio<tcp::OwnedReadHalf>;
-    type Tx<'c> = FromTokio<tcp::OwnedWriteHalf>;
+    type Connection<'c> = (
+        FromTokio<tcp::OwnedReadHalf>,
+        FromTokio<tcp::OwnedWriteHalf>,
+    );
     type Error = std::io::Error;
 
-    async fn connect(&mut self) -> std::io::Result<(Self::Rx<'_>, Self::Tx<'_>)> {
+    async fn connect(&mut self) -> std::io::Result<Self::Connection<'_>> {
         let stream = match self {
             Self::Listen(l) => l.accept().await.map(|(s, _)| s),
             Self::Connect(addr) => TcpStream::connect(addr.as_str()).await,
