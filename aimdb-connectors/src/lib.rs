@@ -247,6 +247,8 @@ pub mod loopback;
 pub mod mqtt;
 pub mod reconnect;
 pub mod runner;
+#[cfg(feature = "embedded-tls")]
+pub mod tls;
 #[cfg(feature = "tokio")]
 pub mod tokio_io;
 

@@ -464,8 +464,11 @@ fn check_core() -> Result<()> {
             ("aimdb-core", &[]),
             // The connectors with MQTT (embassy-time), no std, no alloc.
             ("aimdb-connectors", &["--features", "mqtt"]),
-            // And with the embassy-net TcpConnect (smoltcp).
-            ("aimdb-connectors", &["--features", "mqtt,embassy-net"]),
+            // And with the embassy-net TcpConnect (smoltcp) and device TLS.
+            (
+                "aimdb-connectors",
+                &["--features", "mqtt,embassy-net,embedded-tls"],
+            ),
         ];
         for (package, features) in builds {
             log(&format!(

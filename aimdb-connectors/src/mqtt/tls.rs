@@ -24,13 +24,10 @@
 //!
 //! # Firmware
 //!
-//! Not provided here. On embassy the usual route is
-//! [embedded-tls](https://crates.io/crates/embedded-tls) over an
-//! embassy-net `TcpSocket`: its `TlsConnection` is
-//! `embedded_io_async::Read + Write`, so a small [`Connect`] implementation
-//! that connects the socket and opens the TLS session fits the connector
-//! unchanged. embedded-tls speaks TLS 1.3 only, so the broker must offer it.
-//! This crate neither builds nor tests that path.
+//! Devices use [`tls::TlsConnect`](crate::tls::TlsConnect) (feature
+//! `embedded-tls`): the same three settings (the CA, the server name, an
+//! optional client certificate) over any [`Connect`], with no heap and
+//! TLS 1.3 only, so the broker must offer TLS 1.3.
 
 use std::fmt;
 use std::io;
