@@ -173,8 +173,10 @@ fuzz:
 fuzz-smoke:
 	bash scripts/fuzz.sh 20
 
-## The device app's MQTT connector over a real TCP/IP stack: embassy-net
-## on a Linux TAP interface, in a network namespace the test creates and
+## The device app's MQTT connector over a real TCP/IP stack and TLS 1.3:
+## embassy-net on a Linux TAP interface and the device TLS layer
+## (embedded-tls, the broker's certificate checked against a CA made for
+## the run with openssl), in a network namespace the test creates and
 ## removes, against a mosquitto it starts there; readings and a command
 ## round trip checked with mosquitto_sub/mosquitto_pub; 60 s at most
 ## (examples/device-tap). Needs root.

@@ -10,8 +10,9 @@ command -v llvm-size >/dev/null || command -v size >/dev/null || need+=(llvm)
 command -v valgrind >/dev/null || need+=(valgrind)
 [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
 command -v mosquitto_pub >/dev/null || need+=(mosquitto-clients)
-# `make tap`: network namespaces and the TAP device.
+# `make tap`: network namespaces and the TAP device; its run's certificates.
 command -v ip >/dev/null || need+=(iproute2)
+command -v openssl >/dev/null || need+=(openssl)
 
 if [ ${#need[@]} -gt 0 ]; then
     echo "==> installing: ${need[*]}"

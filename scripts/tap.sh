@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make tap`: the device app's MQTT connector over embassy-net on a Linux
-# TAP interface, against a mosquitto, in a network namespace that the
+# `make tap`: the device app's MQTT connector over embassy-net and TLS 1.3
+# on a Linux TAP interface, against a mosquitto, in a network namespace that the
 # driver (examples/device-tap/src/bin/tap-e2e.rs) creates and removes
 # itself. Builds examples/device-tap (a workspace of its own) with the
 # host toolchain, then runs the driver; its exit code is this script's.
@@ -18,6 +18,7 @@ command -v ip >/dev/null || die "no ip (Debian package iproute2)"
 [ -c /dev/net/tun ] || die "no /dev/net/tun (TUN/TAP driver)"
 [ -x /usr/sbin/mosquitto ] || die "no /usr/sbin/mosquitto (make deps)"
 command -v mosquitto_sub >/dev/null || die "no mosquitto_sub (make deps)"
+command -v openssl >/dev/null || die "no openssl (make deps)"
 
 # The main workspace's target dir: crates built with the same features
 # there (aimdb-core, postcard, ...) are shared.

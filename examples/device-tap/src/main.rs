@@ -8,7 +8,14 @@
 //!
 //! ```text
 //! device-tap --tap NAME --address 10.42.0.2/24 --broker 10.42.0.1:1883
+//!            [--tls-ca CA.der --tls-name BROKER-NAME]
 //! ```
+//!
+//! With `--tls-ca`, the MQTT connection is TLS 1.3 through
+//! `aimdb_connectors::tls::TlsConnect` (embedded-tls, no heap), as on the
+//! board: the broker's certificate must be signed by the CA in `CA.der`
+//! (DER) and valid for `BROKER-NAME`. The random numbers come from the
+//! host here; firmware passes its hardware generator.
 //!
 //! The TAP device must exist and be up (`ip tuntap add NAME mode tap`);
 //! the other end of it is the host's (or a network namespace's) IP stack.
@@ -20,13 +27,19 @@ use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddrV4;
 
 use aimdb_connectors::embassy_net::TcpConnect;
+use aimdb_connectors::tls::{MaxFragmentLength, TlsConnect};
 use embassy_executor::Spawner;
 use embassy_net::{Config, Ipv4Cidr, Runner, StackResources, StaticConfigV4};
 use embassy_net_tuntap::TunTapDevice;
 use embassy_time::{Duration, Timer};
+use rand_core::OsRng;
 use static_cell::StaticCell;
 
-const USAGE: &str = "usage: device-tap --tap NAME --address A.B.C.D/LEN --broker A.B.C.D:PORT";
+const USAGE: &str = "usage: device-tap --tap NAME --address A.B.C.D/LEN --broker A.B.C.D:PORT \
+                     [--tls-ca CA.der --tls-name BROKER-NAME]";
+
+/// What the TLS layer saw (with `--tls-ca`).
+static TLS: aimdb_connectors::tls::Counters = aimdb_connectors::tls::Counters::new();
 
 /// One socket: the broker connection (a static address, no DHCP).
 static RESOURCES: StaticCell<StackResources<1>> = StaticCell::new();
@@ -35,10 +48,13 @@ struct Args {
     tap: String,
     address: Ipv4Cidr,
     broker: SocketAddrV4,
+    /// The broker's CA certificate (DER) and name: TLS when given.
+    tls: Option<(Vec<u8>, String)>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let (mut tap, mut address, mut broker) = (None, None, None);
+    let (mut tls_ca, mut tls_name) = (None, None);
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let value = it.next().ok_or(format!("{a} needs a value\n{USAGE}"))?;
@@ -59,14 +75,24 @@ fn parse_args() -> Result<Args, String> {
                         .map_err(|e| format!("--broker {value}: {e}"))?,
                 )
             }
+            "--tls-ca" => {
+                tls_ca = Some(std::fs::read(&value).map_err(|e| format!("--tls-ca {value}: {e}"))?)
+            }
+            "--tls-name" => tls_name = Some(value),
             _ => return Err(format!("unknown argument {a}\n{USAGE}")),
         }
     }
+    let tls = match (tls_ca, tls_name) {
+        (Some(ca), Some(name)) => Some((ca, name)),
+        (None, None) => None,
+        _ => return Err(format!("--tls-ca and --tls-name go together\n{USAGE}")),
+    };
     match (tap, address, broker) {
         (Some(tap), Some(address), Some(broker)) => Ok(Args {
             tap,
             address,
             broker,
+            tls,
         }),
         _ => Err(USAGE.into()),
     }
@@ -88,7 +114,10 @@ async fn report_task() {
         );
         if now != last {
             match now {
-                (true, _) => eprintln!("device-tap: connected to the broker"),
+                (true, _) => eprintln!(
+                    "device-tap: connected to the broker ({} TLS handshakes)",
+                    TLS.snapshot().handshakes
+                ),
                 (false, Some(cause)) => eprintln!(
                     "device-tap: not connected: {cause} ({} failed attempts)",
                     device_app::MQTT.connect_failures()
@@ -147,7 +176,18 @@ async fn main(spawner: Spawner) {
     let (mut rx, mut tx) = ([0u8; device_app::MQTT_RX], [0u8; device_app::MQTT_TX]);
     let connect = TcpConnect::new(stack, args.broker, &mut sock_rx, &mut sock_tx)
         .timeout(Duration::from_secs(5));
-    let stopped = device_app::mqtt_connector(connect, &mut rx, &mut tx).await;
+    let stopped = match &args.tls {
+        None => device_app::mqtt_connector(connect, &mut rx, &mut tx).await,
+        Some((ca, name)) => {
+            // TLS buffers as the module docs size them: records of up to
+            // 4 KiB from the broker, 1 KiB to it.
+            let (mut tls_rx, mut tls_tx) = ([0u8; 2 * (4096 + 256 + 5)], [0u8; 2 * 1280]);
+            let tls = TlsConnect::new(connect, name, ca, OsRng, &mut tls_rx, &mut tls_tx)
+                .max_fragment_length(MaxFragmentLength::Bits12)
+                .counters(&TLS);
+            device_app::mqtt_connector(tls, &mut rx, &mut tx).await
+        }
+    };
     eprintln!("device-tap: the MQTT connector stopped: {stopped:?}");
     std::process::exit(1);
 }

@@ -5,11 +5,16 @@
 //! ```text
 //!  namespace aimdb-tap-PID
 //!  ┌───────────────────────────────────────────────────────────────┐
-//!  │ mosquitto on 10.42.0.1:1883 ── Linux IP stack ── TAP (10.42.0.1/24)
+//!  │ mosquitto on 10.42.0.1:1883, TLS :8883 ── Linux IP stack ── TAP (10.42.0.1/24)
 //!  │ mosquitto_sub / mosquitto_pub (the checks)          │ frames  │
 //!  │ device-tap: device-app ── embassy-net 10.42.0.2 ────┘         │
 //!  └───────────────────────────────────────────────────────────────┘
 //! ```
+//!
+//! The device speaks MQTT over TLS 1.3 (embedded-tls on embassy-net) to
+//! the broker's TLS listener, whose certificate (for `broker.aimdb.test`,
+//! signed by a CA made with `openssl` for this run only) it checks; the
+//! observer uses the plain listener.
 //!
 //! 1. readings reach `mosquitto_sub`, in order, and the boot status;
 //! 2. a `Command` published on `dev/cmd` with `mosquitto_pub` comes back
@@ -45,6 +50,10 @@ use device_protocol::{topics, Command, Reading, Status};
 const HOST_CIDR: &str = "10.42.0.1/24";
 const BROKER_IP: &str = "10.42.0.1";
 const BROKER_PORT: u16 = 1883;
+/// The broker's TLS listener: the device's.
+const BROKER_TLS_PORT: u16 = 8883;
+/// The name on the broker's certificate, which the device checks.
+const BROKER_NAME: &str = "broker.aimdb.test";
 /// The device's embassy-net address.
 const DEVICE_CIDR: &str = "10.42.0.2/24";
 const TAP: &str = "aimdb-tap0";
@@ -266,6 +275,80 @@ impl Observer {
     }
 }
 
+/// A CA and the broker's certificate for [`BROKER_NAME`] (ECDSA P-256),
+/// made with `openssl` in `dir` for this run: `ca.pem`, `ca.der` (the
+/// device's copy), `broker.pem`, `broker.key`.
+fn pki(dir: &Path) -> Result<(), String> {
+    let run = |args: &[&str]| -> Result<(), String> {
+        let out = Process::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("openssl: {e} (Debian package openssl)"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "openssl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    };
+    let p256 = [
+        "ecparam",
+        "-name",
+        "prime256v1",
+        "-genkey",
+        "-noout",
+        "-out",
+    ];
+    run(&[&p256[..], &["ca.key"]].concat())?;
+    run(&[
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        "ca.key",
+        "-subj",
+        "/CN=aimdb tap CA",
+        "-days",
+        "2",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+        "-out",
+        "ca.pem",
+    ])?;
+    run(&["x509", "-in", "ca.pem", "-outform", "der", "-out", "ca.der"])?;
+    run(&[&p256[..], &["broker.key"]].concat())?;
+    let subject = format!("/CN={BROKER_NAME}");
+    let san = format!("subjectAltName=DNS:{BROKER_NAME}");
+    run(&[
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        "broker.key",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-subj",
+        &subject,
+        "-days",
+        "2",
+        "-addext",
+        &san,
+        "-addext",
+        "basicConstraints=critical,CA:FALSE",
+        "-out",
+        "broker.pem",
+    ])
+}
+
 /// `mosquitto_pub` in the namespace, QoS 1, bounded by [`WAIT`].
 fn publish(ns: &str, topic: &str, payload: &[u8]) -> Result<(), String> {
     let mut child = in_ns(ns, "mosquitto_pub")
@@ -337,7 +420,7 @@ const USAGE: &str = "usage: tap-e2e --device PATH/TO/device-tap [--device-broker
 
 fn parse_args() -> Result<Args, String> {
     let mut device = None;
-    let mut device_broker = format!("{BROKER_IP}:{BROKER_PORT}");
+    let mut device_broker = format!("{BROKER_IP}:{BROKER_TLS_PORT}");
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let value = it.next().ok_or(format!("{a} needs a value\n{USAGE}"))?;
@@ -414,10 +497,20 @@ fn run(args: &Args, guard: Guard) -> Result<String, String> {
     let dir = std::env::temp_dir().join(&ns);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     guard.with(|t| t.dir = Some(dir.clone()));
+    pki(&dir)?;
     let conf = dir.join("mosquitto.conf");
+    let file = |name: &str| dir.join(name).display().to_string();
     std::fs::write(
         &conf,
-        format!("listener {BROKER_PORT} {BROKER_IP}\nallow_anonymous true\npersistence false\n"),
+        format!(
+            "user root\nper_listener_settings false\nallow_anonymous true\npersistence false\n\
+             listener {BROKER_PORT} {BROKER_IP}\n\
+             listener {BROKER_TLS_PORT} {BROKER_IP}\ncafile {}\ncertfile {}\nkeyfile {}\n\
+             tls_version tlsv1.3\n",
+            file("ca.pem"),
+            file("broker.pem"),
+            file("broker.key"),
+        ),
     )
     .map_err(|e| format!("{}: {e}", conf.display()))?;
     let log = std::fs::File::create(dir.join("mosquitto.log")).map_err(|e| e.to_string())?;
@@ -490,6 +583,10 @@ fn run(args: &Args, guard: Guard) -> Result<String, String> {
             DEVICE_CIDR,
             "--broker",
             &args.device_broker,
+            "--tls-ca",
+            &dir.join("ca.der").display().to_string(),
+            "--tls-name",
+            BROKER_NAME,
         ])
         .stdin(Stdio::null())
         .spawn()
