@@ -8,6 +8,7 @@ export CARGO_TERM_COLOR ?= never
 
 DEVICE_ELF = target-fw/thumbv7m-none-eabi/release/device
 DEVICE_MQTT_ELF = target-fw/thumbv7m-none-eabi/release/device-mqtt
+DEVICE_MQTT_TLS_ELF = target-fw/thumbv7m-none-eabi/release/device-mqtt-tls
 
 ## The project's main job: the device firmware under QEMU, its UART bridged
 ## by the tokio gateway to an MQTT broker (a mosquitto the gateway starts);
@@ -24,7 +25,9 @@ demo:
 ## The same, as a test: longer, and at least 150 readings exactly once;
 ## then the MQTT device (the MQTT connector in the firmware) straight to a
 ## mosquitto, checked with mosquitto_sub/mosquitto_pub across a broker
-## restart (examples/gateway/src/bin/mqtt-device-e2e.rs); then presence
+## restart (examples/gateway/src/bin/mqtt-device-e2e.rs), and the same
+## with the device speaking TLS 1.3 to the broker's TLS listener (its
+## certificate checked in the firmware); then presence
 ## through the gateway: the device frozen, killed and restarted, the
 ## gateway killed, watched with mosquitto_sub; and a killed gateway's own
 ## QEMU and mosquitto ending with it (src/bin/presence-e2e.rs).
@@ -33,6 +36,7 @@ e2e:
 	$(CARGO) build --release -p aimdb-cli
 	$(CARGO) run --release -p gateway -- --qemu $(DEVICE_ELF) --demo --seconds 8 --min-readings 150
 	$(CARGO) run --release -p gateway --bin mqtt-device-e2e -- --qemu $(DEVICE_MQTT_ELF)
+	$(CARGO) run --release -p gateway --bin mqtt-device-e2e -- --qemu $(DEVICE_MQTT_TLS_ELF) --tls
 	$(CARGO) build --release -p gateway --bin gateway
 	$(CARGO) run --release -p gateway --bin presence-e2e -- --qemu $(DEVICE_ELF)
 

@@ -277,21 +277,49 @@ fn board_eth() -> Result<()> {
     let elf = target_dir()
         .join(BOARD_TARGET)
         .join("release/firmware-stm32f767");
-    log(&format!(
-        "building firmware-stm32f767 for {BOARD_TARGET} ({} route)",
-        tc.route.name()
-    ));
-    // The default broker address: the recorded size does not depend on
-    // whatever AIMDB_BROKER the caller's environment holds.
-    build_in(
-        &tc,
-        &root().join("examples/firmware-stm32f767"),
-        BOARD_TARGET,
-        &[],
-        true,
-    )?;
-    sizes::print(&elf, false)?;
-    let s = sizes::sizes(&elf)?;
+    let dir = root().join("examples/firmware-stm32f767");
+    // A CA for the TLS build to hold (its size is a real CA's): made for
+    // the build, no key kept.
+    let ca = target_dir().join("board-eth-ca.der");
+    std::fs::write(&ca, throwaway_ca()?).map_err(|e| format!("{}: {e}", rel(&ca)))?;
+    let ca = ca.display().to_string();
+    let mut built = Vec::new();
+    for tls in [false, true] {
+        log(&format!(
+            "building firmware-stm32f767 for {BOARD_TARGET} ({} route){}",
+            tc.route.name(),
+            if tls { " --features tls" } else { "" }
+        ));
+        // The default broker address: the recorded size does not depend on
+        // whatever AIMDB_BROKER the caller's environment holds.
+        let mut cmd = tc.cargo();
+        cmd.current_dir(&dir)
+            .args([
+                "build",
+                "--release",
+                "--target",
+                BOARD_TARGET,
+                "--target-dir",
+            ])
+            .arg(target_dir())
+            .args(tc.build_std())
+            .env_remove("AIMDB_BROKER")
+            .stdout(std::io::stderr());
+        if tls {
+            cmd.args(["--features", "tls"])
+                .env("AIMDB_BROKER_CA", &ca)
+                .env("AIMDB_BROKER_NAME", "broker.example");
+        }
+        toolchain::run(&mut cmd, &format!("cargo build in {}", rel(&dir)))?;
+        sizes::print(&elf, false)?;
+        let s = sizes::sizes(&elf)?;
+        built.push(Board {
+            target: BOARD_TARGET.into(),
+            toolchain: tc.description()?,
+            flash_bytes: s.flash,
+            static_ram_bytes: s.ram,
+        });
+    }
     let path = sizes_json();
     let Some(mut file) = SizesFile::load(&path)? else {
         return Err(format!(
@@ -299,22 +327,39 @@ fn board_eth() -> Result<()> {
             rel(&path)
         ));
     };
-    file.board_stm32f767_eth = Some(Board {
-        target: BOARD_TARGET.into(),
-        toolchain: tc.description()?,
-        flash_bytes: s.flash,
-        static_ram_bytes: s.ram,
-    });
+    let tls = built.pop();
+    let plain = built.pop();
+    for (what, b) in [
+        ("MQTT over embassy-net", &plain),
+        ("the same over TLS 1.3", &tls),
+    ] {
+        if let Some(b) = b {
+            println!(
+                "board-eth: firmware-stm32f767 ({BOARD_TARGET}, {what}): flash {} B, static RAM {} B",
+                b.flash_bytes, b.static_ram_bytes
+            );
+        }
+    }
+    file.board_stm32f767_eth = plain;
+    file.board_stm32f767_eth_tls = tls;
     file.save(&path)?;
-    println!(
-        "board-eth: firmware-stm32f767 ({BOARD_TARGET}, MQTT over embassy-net): flash {} B, static RAM {} B",
-        s.flash, s.ram
-    );
     println!(
         "wrote {}; run it on a NUCLEO-F767ZI with cargo run --release (probe-rs)",
         rel(&path)
     );
     Ok(())
+}
+
+/// A self-signed ECDSA P-256 CA certificate in DER, its key dropped.
+fn throwaway_ca() -> Result<Vec<u8>> {
+    let e = |e: rcgen::Error| format!("making a CA: {e}");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(e)?;
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "aimdb board CA");
+    let key = rcgen::KeyPair::generate().map_err(e)?;
+    Ok(params.self_signed(&key).map_err(e)?.der().to_vec())
 }
 
 /// The value of `pub const NAME: usize = N;` in `source`.
@@ -341,6 +386,7 @@ fn footprint() -> Result<()> {
     build_firmware(&tc, target, &[])?;
     let dev = sizes::sizes(&fw_elf(target, "device"))?;
     let mq = sizes::sizes(&fw_elf(target, "device-mqtt"))?;
+    let mq_tls = sizes::sizes(&fw_elf(target, "device-mqtt-tls"))?;
     // The MQTT session buffers, as the device app declares them.
     let app = root().join("examples/device-app/src/lib.rs");
     let source = std::fs::read_to_string(&app).map_err(|e| format!("{}: {e}", rel(&app)))?;
@@ -371,9 +417,13 @@ fn footprint() -> Result<()> {
     let per_in = per_route(base.ram, inb.ram, ROUTES_BASE);
 
     let path = sizes_json();
-    let board = SizesFile::load(&path)?.and_then(|f| f.board_stm32f767_eth);
+    let old = SizesFile::load(&path)?;
+    let (board, board_tls) = old.map_or((None, None), |f| {
+        (f.board_stm32f767_eth, f.board_stm32f767_eth_tls)
+    });
     let file = SizesFile {
         board_stm32f767_eth: board,
+        board_stm32f767_eth_tls: board_tls,
         footprint: Some(Footprint {
             bench: "firmware_size".into(),
             date: sizes::today_utc(),
@@ -387,6 +437,7 @@ fn footprint() -> Result<()> {
                 mqtt_tx_bytes: mq_tx,
                 target_static_ram_bytes: mq_budget,
             },
+            device_mqtt_tls: Some(FlashRam::from(&mq_tls)),
             footprint_probe: Probe {
                 routes_base: ROUTES_BASE,
                 base: FlashRam::from(&base),
@@ -406,6 +457,10 @@ fn footprint() -> Result<()> {
     println!(
         "device-mqtt ({target}): flash {} B, static RAM {} B (MQTT RX {mq_rx} + TX {mq_tx} B included; target <= {mq_budget} B: the framed device + buffers + 2 KiB)",
         mq.flash, mq.ram
+    );
+    println!(
+        "device-mqtt-tls ({target}): flash {} B, static RAM {} B (TLS buffers 11,282 B included)",
+        mq_tls.flash, mq_tls.ram
     );
     println!(
         "RAM per outbound route: {per_out:.1} B (target < {TARGET_RAM_PER_OUTBOUND_ROUTE}); per inbound route: {per_in:.1} B"
@@ -492,9 +547,9 @@ fn check_core() -> Result<()> {
     // without one, so a successful link proves aimdb-core (default features
     // off) pulls in no `alloc`; on the Debian route the sysroot even has
     // only `core` (-Zbuild-std=core). The symbol scan is a second, direct
-    // look: the self-test and the MQTT device.
+    // look: the self-test and the MQTT device, plain and over TLS.
     build_firmware(&tc, "thumbv6m-none-eabi", &[])?;
-    for bin in ["selftest", "device-mqtt"] {
+    for bin in ["selftest", "device-mqtt", "device-mqtt-tls"] {
         let elf = fw_elf("thumbv6m-none-eabi", bin);
         let found = sizes::allocator_symbols(&elf)?;
         if !found.is_empty() {

@@ -167,6 +167,9 @@ pub struct Footprint {
     pub target: String,
     pub device: FlashRam,
     pub device_mqtt: DeviceMqtt,
+    /// `device-mqtt` over TLS 1.3 (embedded-tls, its buffers included).
+    #[serde(default)]
+    pub device_mqtt_tls: Option<FlashRam>,
     pub footprint_probe: Probe,
     pub ram_per_outbound_route_bytes: f64,
     pub ram_per_inbound_route_bytes: f64,
@@ -179,6 +182,9 @@ pub struct Footprint {
 pub struct SizesFile {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub board_stm32f767_eth: Option<Board>,
+    /// The same board firmware with MQTT over TLS 1.3 (feature `tls`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub board_stm32f767_eth_tls: Option<Board>,
     #[serde(flatten)]
     pub footprint: Option<Footprint>,
 }

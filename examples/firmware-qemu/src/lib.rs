@@ -5,6 +5,9 @@
 //!   the framed-stream connector on UART0 (the gateway's other end);
 //! - `selftest`: aimdb-core checks plus the same device app against a
 //!   scripted peer over an in-memory pipe; exits QEMU with 0 or 1;
+//! - `device-mqtt` / `device-mqtt-tls`: the demo device speaking MQTT
+//!   itself on UART0 (QEMU connects it to a broker's port), the second
+//!   over TLS 1.3;
 //! - `footprint`: N or 2N routes, to measure the RAM cost of one route;
 //! - `b3`: instructions per operation of the hot paths under QEMU's
 //!   instruction counting (aimdb-bench's `b3_on_target` runs and gates it).
@@ -12,6 +15,7 @@
 //! No heap: no allocator is linked.
 #![no_std]
 
+pub mod host;
 pub mod time;
 pub mod uart;
 

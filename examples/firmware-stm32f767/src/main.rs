@@ -9,6 +9,14 @@
 //! by build.rs). Plug the board's RJ45 into the broker's network and run
 //! `AIMDB_BROKER=... cargo run --release` (probe-rs through the on-board
 //! ST-LINK). The README's "Running on hardware" has the rest.
+//!
+//! With feature `tls` the connection is MQTT over TLS 1.3
+//! (`aimdb_connectors::tls::TlsConnect`): the broker's certificate must be
+//! signed by the CA built in from `AIMDB_BROKER_CA` (DER) and be valid for
+//! `AIMDB_BROKER_NAME`; the key exchange draws on the chip's RNG. The
+//! board has no wall clock here, so validity periods are not checked
+//! (`tls::WallClock` stays unset until the firmware sets it, e.g. from
+//! SNTP).
 #![no_std]
 #![no_main]
 
@@ -51,7 +59,8 @@ async fn main(spawner: Spawner) {
     // the hardware RNG; the MAC address from the chip's unique id,
     // locally administered, so two boards on one network differ.
     let mut seed = [0u8; 8];
-    Rng::new(p.RNG, Irqs).fill_bytes(&mut seed);
+    let mut rng = Rng::new(p.RNG, Irqs);
+    rng.fill_bytes(&mut seed);
     let uid = embassy_stm32::uid::uid();
     let mac = [0x02, uid[0], uid[2], uid[4], uid[6], uid[8]];
 
@@ -105,7 +114,28 @@ async fn main(spawner: Spawner) {
     // for 5 s is gone even if the MQTT side has not noticed yet.
     let connect =
         TcpConnect::new(stack, broker, &mut sock_rx, &mut sock_tx).timeout(Duration::from_secs(5));
-    let _ = device_app::mqtt_connector(connect, &mut rx, &mut tx).await;
+    #[cfg(not(feature = "tls"))]
+    let _ = (
+        device_app::mqtt_connector(connect, &mut rx, &mut tx).await,
+        rng,
+    );
+    #[cfg(feature = "tls")]
+    {
+        use aimdb_connectors::tls::{MaxFragmentLength, TlsConnect};
+        const CA: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/broker-ca.der"));
+        // Records of up to 4 KiB from the broker, 1 KiB to it.
+        let (mut tls_rx, mut tls_tx) = ([0u8; 2 * (4096 + 256 + 5)], [0u8; 2 * 1280]);
+        let tls = TlsConnect::new(
+            connect,
+            env!("AIMDB_BROKER_NAME"),
+            CA,
+            rng,
+            &mut tls_rx,
+            &mut tls_tx,
+        )
+        .max_fragment_length(MaxFragmentLength::Bits12);
+        let _ = device_app::mqtt_connector(tls, &mut rx, &mut tx).await;
+    }
     // The connector gave up (device-app built with `no-reconnect`): idle.
     loop {
         Timer::after_secs(60).await;

@@ -3,7 +3,8 @@
 //! no persistence), stopped by PID when the gateway exits (and by the
 //! kernel when the gateway is killed: [`crate::child`]). The MQTT-device
 //! end-to-end run starts one with persistence ([`start_persistent`]) and
-//! restarts it mid-run ([`Broker::restart`]).
+//! restarts it mid-run ([`Broker::restart`]), with a TLS 1.3 listener
+//! beside the plain one for the device that speaks TLS ([`Tls`]).
 //!
 //! A child process rather than a broker crate in-process: an in-process
 //! broker would pull about 170 crates into the gateway's build, most of the
@@ -22,12 +23,29 @@ pub struct Broker {
     conf: PathBuf,
     exe: PathBuf,
     addr: SocketAddr,
+    tls_addr: Option<SocketAddr>,
+}
+
+/// A TLS 1.3 listener's certificate files (PEM).
+#[derive(Debug, Clone)]
+pub struct Tls {
+    /// The CA (what clients that present a certificate are checked with).
+    pub ca: PathBuf,
+    /// The broker's certificate.
+    pub cert: PathBuf,
+    /// Its key.
+    pub key: PathBuf,
 }
 
 impl Broker {
     /// The loopback address it listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The loopback address of the TLS listener, if it has one.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_addr
     }
 
     /// The broker's process id.
@@ -63,7 +81,13 @@ impl Broker {
     }
 
     fn wait_listening(&mut self) -> Result<(), String> {
-        let addr = self.addr;
+        for addr in [Some(self.addr), self.tls_addr].into_iter().flatten() {
+            self.wait_port(addr)?;
+        }
+        Ok(())
+    }
+
+    fn wait_port(&mut self, addr: SocketAddr) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(addr).is_err() {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -117,24 +141,35 @@ fn mosquitto() -> Result<PathBuf, String> {
 /// Starts mosquitto (no persistence) and waits until it accepts
 /// connections.
 pub fn start() -> Result<Broker, String> {
-    start_with(false)
+    start_with(false, None)
 }
 
 /// Starts mosquitto with persistence in its own temporary directory
 /// (saved on SIGTERM, loaded on start: sessions, subscriptions and queued
 /// QoS 1/2 messages survive [`Broker::restart`]).
 pub fn start_persistent() -> Result<Broker, String> {
-    start_with(true)
+    start_with(true, None)
 }
 
-fn start_with(persistent: bool) -> Result<Broker, String> {
-    let exe = mosquitto()?;
-    // Ask the OS for a free port, then hand it to the broker. Another
-    // process could take it in between; the wait below then fails loudly
-    // (mosquitto exits when it cannot bind).
-    let addr = TcpListener::bind("127.0.0.1:0")
+/// [`start_persistent`] with a second listener, TLS 1.3 only, on another
+/// free loopback port ([`Broker::tls_addr`]).
+pub fn start_persistent_tls(tls: &Tls) -> Result<Broker, String> {
+    start_with(true, Some(tls))
+}
+
+/// A free loopback port, asked from the OS and handed to the broker.
+/// Another process could take it in between; the wait for the broker then
+/// fails loudly (mosquitto exits when it cannot bind).
+fn free_addr() -> Result<SocketAddr, String> {
+    TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
-        .map_err(|e| format!("no free loopback port: {e}"))?;
+        .map_err(|e| format!("no free loopback port: {e}"))
+}
+
+fn start_with(persistent: bool, tls: Option<&Tls>) -> Result<Broker, String> {
+    let exe = mosquitto()?;
+    let addr = free_addr()?;
+    let tls_addr = tls.map(|_| free_addr()).transpose()?;
     let dir = std::env::temp_dir().join(format!(
         "aimdb-gateway-{}-{}",
         std::process::id(),
@@ -154,11 +189,21 @@ fn start_with(persistent: bool) -> Result<Broker, String> {
     // `mosquitto` user, which cannot write this directory and which clears
     // the parent-death signal (a change of user does); as any other user
     // the line has no effect.
-    let text = format!(
-        "listener {} 127.0.0.1\nallow_anonymous true\nuser root\n{persistence}\
-         log_dest stderr\nlog_type error\nlog_type warning\n",
+    let mut text = format!(
+        "allow_anonymous true\nuser root\n{persistence}\
+         log_dest stderr\nlog_type error\nlog_type warning\n\
+         listener {} 127.0.0.1\n",
         addr.port()
     );
+    if let (Some(tls), Some(at)) = (tls, tls_addr) {
+        text.push_str(&format!(
+            "listener {} 127.0.0.1\ncafile {}\ncertfile {}\nkeyfile {}\ntls_version tlsv1.3\n",
+            at.port(),
+            tls.ca.display(),
+            tls.cert.display(),
+            tls.key.display()
+        ));
+    }
     std::fs::write(&conf, text).map_err(|e| format!("{}: {e}", conf.display()))?;
     let child = spawn(&exe, &conf)?;
     let mut broker = Broker {
@@ -167,6 +212,7 @@ fn start_with(persistent: bool) -> Result<Broker, String> {
         conf,
         exe,
         addr,
+        tls_addr,
     };
     broker.wait_listening()?;
     Ok(broker)

@@ -6,4 +6,5 @@
 
 pub mod broker;
 pub mod child;
+pub mod pki;
 pub mod qemu;

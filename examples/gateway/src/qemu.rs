@@ -18,7 +18,19 @@ pub fn spawn(elf: &Path, port: u16) -> std::io::Result<Child> {
 /// `-serial` argument (`tcp:127.0.0.1:PORT,reconnect=1` for a broker that
 /// may restart). Semihosting output is printed with the prefix `qemu| `.
 pub fn spawn_serial(elf: &Path, serial: &str) -> std::io::Result<Child> {
-    let mut child = Command::from(crate::child::command("qemu-system-arm"))
+    spawn_in(elf, serial, None)
+}
+
+/// [`spawn_serial`] with QEMU working in `dir`: the firmware's semihosting
+/// file reads are relative to it.
+pub fn spawn_in(elf: &Path, serial: &str, dir: Option<&Path>) -> std::io::Result<Child> {
+    let mut command = Command::from(crate::child::command("qemu-system-arm"));
+    // The firmware's path as given, from this process's directory.
+    let elf = std::fs::canonicalize(elf)?;
+    if let Some(dir) = dir {
+        command.current_dir(dir);
+    }
+    let mut child = command
         .args(["-cpu", "cortex-m3", "-machine", "lm3s6965evb", "-nographic"])
         .args([
             "-monitor",
@@ -28,7 +40,7 @@ pub fn spawn_serial(elf: &Path, serial: &str) -> std::io::Result<Child> {
         ])
         .args(["-serial", serial])
         .arg("-kernel")
-        .arg(elf)
+        .arg(&elf)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .kill_on_drop(true)

@@ -30,13 +30,20 @@
 //!    `Malformed` and counted (`stats`); `watch` decodes readings with
 //!    their rate; `stats` shows the MQTT connector online.
 //!
+//! With `--tls` the firmware is `device-mqtt-tls`: the broker gets a TLS
+//! 1.3 listener with a certificate for `localhost` from a CA made for the
+//! run (rcgen), the device's UART goes to it and the device checks the
+//! certificate against that CA (read from QEMU's directory); every check
+//! above runs as it is, the observer on the plain listener.
+//! `--tls-wrong-ca` gives the device another CA: the run must fail.
+//!
 //! Payloads are postcard, the device link's encoding (`device_protocol`),
 //! but presence, which is JSON;
 //! `mosquitto_sub` prints them as hex (`-F '%t %x'`) and this program
 //! decodes them. Exits 0 only if every check held.
 //!
 //! ```text
-//! mqtt-device-e2e --qemu FIRMWARE.elf [--min-readings N]
+//! mqtt-device-e2e --qemu FIRMWARE.elf [--min-readings N] [--tls | --tls-wrong-ca]
 //! ```
 
 use std::path::PathBuf;
@@ -46,7 +53,7 @@ use std::time::{Duration, Instant};
 use aimdb_core::codec::{Decode, Json};
 use aimdb_core::presence::{Cause, LinkState};
 use device_protocol::{topics, Command, LinkStats, Reading, Status};
-use gateway::{broker, qemu};
+use gateway::{broker, pki, qemu};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command as Process};
 use tokio::sync::mpsc;
@@ -497,13 +504,25 @@ async fn command(
 struct Args {
     elf: PathBuf,
     min_readings: usize,
+    /// The device speaks TLS (`device-mqtt-tls`): its UART goes to the
+    /// broker's TLS listener.
+    tls: bool,
+    /// With `tls`: the device is given another CA than the broker's, so
+    /// the run must fail (it shows the device checks the broker).
+    wrong_ca: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut elf = None;
     let mut min_readings = 60;
+    let (mut tls, mut wrong_ca) = (false, false);
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
+        if a == "--tls" || a == "--tls-wrong-ca" {
+            tls = true;
+            wrong_ca = a == "--tls-wrong-ca";
+            continue;
+        }
         let mut value = || it.next().ok_or(format!("{a} needs a value"));
         match a.as_str() {
             "--qemu" => elf = Some(PathBuf::from(value()?)),
@@ -518,10 +537,13 @@ fn parse_args() -> Result<Args, String> {
     Ok(Args {
         elf: elf.ok_or(USAGE)?,
         min_readings,
+        tls,
+        wrong_ca,
     })
 }
 
-const USAGE: &str = "usage: mqtt-device-e2e --qemu FIRMWARE.elf [--min-readings N]";
+const USAGE: &str =
+    "usage: mqtt-device-e2e --qemu FIRMWARE.elf [--min-readings N] [--tls | --tls-wrong-ca]";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -552,12 +574,41 @@ async fn main() -> ExitCode {
     }
 }
 
+/// A directory of the run, removed on drop.
+struct RunDir(PathBuf);
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 async fn run(args: &Args) -> Result<String, String> {
-    let mut broker = broker::start_persistent()?;
+    let dir = RunDir(std::env::temp_dir().join(format!("aimdb-e2e-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).map_err(|e| format!("{}: {e}", dir.0.display()))?;
+    let mut broker = if args.tls {
+        // The CA goes where the firmware reads it (QEMU's directory).
+        let pki = pki::make(&dir.0)?;
+        let device_ca = if args.wrong_ca {
+            let other = dir.0.join("other");
+            std::fs::create_dir_all(&other).map_err(|e| format!("{}: {e}", other.display()))?;
+            pki::make(&other)?.ca_der
+        } else {
+            pki.ca_der.clone()
+        };
+        std::fs::copy(&device_ca, dir.0.join("aimdb-broker-ca.der"))
+            .map_err(|e| format!("copying the CA: {e}"))?;
+        broker::start_persistent_tls(&pki.tls)?
+    } else {
+        broker::start_persistent()?
+    };
     let port = broker.addr().port();
     println!(
-        "e2e: mosquitto pid {} on 127.0.0.1:{port}, persistence on",
-        broker.pid()
+        "e2e: mosquitto pid {} on 127.0.0.1:{port}{}, persistence on",
+        broker.pid(),
+        broker
+            .tls_addr()
+            .map_or(String::new(), |a| format!(", TLS 1.3 on {a}"))
     );
     let mut obs = Observer::start(port)?;
     // Probe until one comes back: then the observer is subscribed.
@@ -570,8 +621,9 @@ async fn run(args: &Args) -> Result<String, String> {
         obs.drain(Duration::from_millis(100)).await;
     }
 
-    let serial = format!("tcp:127.0.0.1:{port},reconnect=1");
-    let device = qemu::spawn_serial(&args.elf, &serial)
+    let device_port = broker.tls_addr().map_or(port, |a| a.port());
+    let serial = format!("tcp:127.0.0.1:{device_port},reconnect=1");
+    let device = qemu::spawn_in(&args.elf, &serial, Some(&dir.0))
         .map_err(|e| format!("cannot start qemu-system-arm: {e}"))?;
     println!(
         "e2e: QEMU pid {} running {}, UART0 = -serial {serial}",
