@@ -11,6 +11,8 @@
 
 mod mosquitto;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aimdb_connectors::mqtt::{Cause, Config, ConnectFailure, Counters};
@@ -26,11 +28,13 @@ use aimdb_core::outbound::{self, Routes};
 use aimdb_core::record::{Latest, Record};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
+use embedded_io_adapters::tokio_1::FromTokio;
 use mosquitto::{
     alongside, ca, client_cert, connector, free_port, publish, server_cert, tcp, until, within,
     Broker, ClientArgs, Sub, TempDir,
 };
 use rand_core::OsRng;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 type Rec = Record<Cs, Latest<u32>, 1>;
 type Issuer = rcgen::CertifiedIssuer<'static, rcgen::KeyPair>;
@@ -421,6 +425,109 @@ async fn a_broker_certificate_signed_by_a_device_certificate_is_refused() {
     handshake(&mut lax)
         .await
         .unwrap_or_else(|e| panic!("the forged chain with max_chain(2): {e}\n{}", broker.log()));
+}
+
+/// Plain TCP that counts the bytes written to it.
+struct Counted {
+    inner: TcpConnect,
+    written: Arc<AtomicUsize>,
+}
+
+struct CountedTx<W> {
+    tx: W,
+    written: Arc<AtomicUsize>,
+}
+
+impl<W: embedded_io_async::ErrorType> embedded_io_async::ErrorType for CountedTx<W> {
+    type Error = W::Error;
+}
+
+impl<W: embedded_io_async::Write> embedded_io_async::Write for CountedTx<W> {
+    async fn write(&mut self, buf: &[u8]) -> Result<usize, W::Error> {
+        let n = self.tx.write(buf).await?;
+        self.written.fetch_add(n, Ordering::Relaxed);
+        Ok(n)
+    }
+    async fn flush(&mut self) -> Result<(), W::Error> {
+        self.tx.flush().await
+    }
+}
+
+impl Connect for Counted {
+    type Connection<'c> = (
+        FromTokio<OwnedReadHalf>,
+        CountedTx<FromTokio<OwnedWriteHalf>>,
+    );
+    type Error = std::io::Error;
+
+    async fn connect(&mut self) -> Result<Self::Connection<'_>, Self::Error> {
+        let (rx, tx) = self.inner.connect().await?;
+        let written = self.written.clone();
+        Ok((rx, CountedTx { tx, written }))
+    }
+}
+
+/// Bytes on the wire for `n` readings published one at a time, once the
+/// connection is up, over `connect` (which counts into `written`).
+async fn wire_bytes<C: Connect>(connect: C, written: &AtomicUsize, sub: &mut Sub, n: u32) -> usize {
+    let (out, _, mut inbound, mut routes) = routed();
+    let counters = Counters::new();
+    let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
+    let mut c = config("aimdb-tls-bytes");
+    c.keep_alive = None;
+    let mut mqtt = connector(c, &mut rx, &mut tx, connect, &counters);
+    let mut bytes = 0;
+    alongside(mqtt.run(&mut inbound, &mut routes), async {
+        until("the connector to connect", || counters.is_connected()).await;
+        // The first value settles the session (its acknowledgements).
+        out.write(1000);
+        assert_eq!(sub.next().await, "dev/state e807");
+        let before = written.load(Ordering::Relaxed);
+        for i in 0..n {
+            out.write(2000 + i);
+            let want = postcard::to_allocvec(&(2000 + i)).unwrap();
+            let hex: String = want.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(sub.next().await, format!("dev/state {hex}"));
+        }
+        bytes = written.load(Ordering::Relaxed) - before;
+    })
+    .await;
+    bytes
+}
+
+#[tokio::test]
+async fn tls_adds_one_record_header_and_tag_per_message() {
+    let pki = Pki::new("device-tls-bytes");
+    let port = free_port();
+    let broker = pki.broker(port, &server_cert(&pki.ca), "");
+    let clients = pki.clients(&broker);
+    let plain_port = free_port();
+    let plain = mosquitto::Broker::anonymous(plain_port);
+    const N: u32 = 10;
+
+    let mut sub = Sub::start(&plain, "watcher", "dev/state").await;
+    let written = Arc::new(AtomicUsize::new(0));
+    let tcp_only = Counted {
+        inner: tcp(plain_port),
+        written: written.clone(),
+    };
+    let plain_bytes = wire_bytes(tcp_only, &written, &mut sub, N).await;
+
+    let mut sub = Sub::start_with(&broker, &clients, "watcher", "dev/state").await;
+    let written = Arc::new(AtomicUsize::new(0));
+    let counted = Counted {
+        inner: tcp(port),
+        written: written.clone(),
+    };
+    let rx = leak([0u8; 2 * (4096 + 256 + 5)]);
+    let tx = leak([0u8; 2 * 1280]);
+    let over_tls = TlsConnect::new(counted, "localhost", der(&pki.ca.pem()), OsRng, rx, tx);
+    let tls_bytes = wire_bytes(over_tls, &written, &mut sub, N).await;
+
+    // RFC 8446 §5.2: each record adds a 5-byte header, the inner content
+    // type byte and AES-128-GCM's 16-byte tag; one message is one record.
+    eprintln!("{N} messages: {plain_bytes} B over TCP, {tls_bytes} B over TLS");
+    assert_eq!(tls_bytes - plain_bytes, N as usize * (5 + 1 + 16));
 }
 
 // --------------------------------------------- a server without a certificate
