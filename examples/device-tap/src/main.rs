@@ -28,15 +28,48 @@ use std::net::SocketAddrV4;
 
 use aimdb_connectors::embassy_net::TcpConnect;
 use aimdb_connectors::tls::{MaxFragmentLength, TlsConnect};
+use aimdb_connectors::{Connect, ConnectFailure};
 use embassy_executor::Spawner;
 use embassy_net::{Config, Ipv4Cidr, Runner, StackResources, StaticConfigV4};
 use embassy_net_tuntap::TunTapDevice;
-use embassy_time::{Duration, Timer};
+use embassy_time::{Duration, Instant, Timer};
 use rand_core::OsRng;
 use static_cell::StaticCell;
 
 const USAGE: &str = "usage: device-tap --tap NAME --address A.B.C.D/LEN --broker A.B.C.D:PORT \
                      [--tls-ca CA.der --tls-name BROKER-NAME]";
+
+/// Times each connection attempt of the `Connect` it wraps, and prints it
+/// on stderr with `what`: the TCP connect under TLS, and TCP plus the
+/// handshake above it, so the handshake's time is their difference.
+struct Timed<C> {
+    inner: C,
+    what: &'static str,
+}
+
+impl<C: Connect> Connect for Timed<C> {
+    type Connection<'c>
+        = C::Connection<'c>
+    where
+        Self: 'c;
+    type Error = C::Error;
+
+    async fn connect(&mut self) -> Result<Self::Connection<'_>, Self::Error> {
+        let start = Instant::now();
+        let opened = self.inner.connect().await;
+        eprintln!(
+            "device-tap: {} {} in {} µs",
+            self.what,
+            if opened.is_ok() { "opened" } else { "failed" },
+            start.elapsed().as_micros()
+        );
+        opened
+    }
+
+    fn failure(error: &Self::Error) -> ConnectFailure {
+        C::failure(error)
+    }
+}
 
 /// What the TLS layer saw (with `--tls-ca`).
 static TLS: aimdb_connectors::tls::Counters = aimdb_connectors::tls::Counters::new();
@@ -182,9 +215,17 @@ async fn main(spawner: Spawner) {
             // TLS buffers as the module docs size them: records of up to
             // 4 KiB from the broker, 1 KiB to it.
             let (mut tls_rx, mut tls_tx) = ([0u8; 2 * (4096 + 256 + 5)], [0u8; 2 * 1280]);
-            let tls = TlsConnect::new(connect, name, ca, OsRng, &mut tls_rx, &mut tls_tx)
+            let tcp = Timed {
+                inner: connect,
+                what: "TCP",
+            };
+            let tls = TlsConnect::new(tcp, name, ca, OsRng, &mut tls_rx, &mut tls_tx)
                 .max_fragment_length(MaxFragmentLength::Bits12)
                 .counters(&TLS);
+            let tls = Timed {
+                inner: tls,
+                what: "TCP + TLS handshake",
+            };
             device_app::mqtt_connector(tls, &mut rx, &mut tx).await
         }
     };
