@@ -23,9 +23,10 @@
 //! | [`framed`] | COBS + postcard frames over any byte stream (UART, TCP, UDS, pipes); [`Framed::run`](framed::Framed::run) for one connection, [`Framed::run_reconnecting`](framed::Framed::run_reconnecting) for the reconnect loop | always |
 //! | `mqtt` | an MQTT 5 client connector, no heap, a configurable in-flight window, keep-alive, reconnect, sessions | `mqtt` |
 //! | [`loopback`] | an in-memory duplex pair, for tests and benches | always |
-//! | [`connect`] | [`Connect`]: opens a connection (two halves) for both reconnecting connectors | always |
+//! | [`connect`] | [`Connect`]: opens a connection, which the runner splits into two halves | always |
 //! | [`reconnect`] | the backoff and policy both reconnecting connectors use | always |
 //! | `embassy_net` | `TcpConnect`: an embassy-net `TcpSocket` as a [`Connect`], caller-provided buffers, no heap | `embassy-net` |
+//! | `tls` | `TlsConnect`: TLS 1.3 under any [`Connect`] for devices (embedded-tls), the broker's certificate checked, no heap | `embedded-tls` |
 //! | `tokio_io` | tokio streams as `embedded-io-async` halves, `TcpConnect`, `UnixConnect`, `TokioClock`, `run_on_thread` | `tokio` |
 //! | `fault` | a transport wrapper that splits, stalls and closes on a plan, for tests | `testing` |
 //!
