@@ -530,6 +530,61 @@ async fn tls_adds_one_record_header_and_tag_per_message() {
     assert_eq!(tls_bytes - plain_bytes, N as usize * (5 + 1 + 16));
 }
 
+#[tokio::test]
+async fn a_broken_record_after_the_handshake_ends_the_session_and_is_counted() {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio::io::AsyncWriteExt;
+
+    // A rustls server (TLS 1.3 only) that completes the handshake, then
+    // writes an application-data record no key made (its tag cannot
+    // verify) straight on the TCP stream.
+    let ca = ca("aimdb broker CA");
+    let (cert, key) = server_cert(&ca);
+    let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut session = acceptor.accept(tcp).await.unwrap();
+        session.flush().await.unwrap();
+        let (mut tcp, _) = session.into_inner();
+        tcp.write_all(&[0x17, 3, 3, 0, 32]).await.unwrap();
+        tcp.write_all(&[0xa5; 32]).await.unwrap();
+        // Open until the client gave up on it.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+
+    static BROKEN: tls::Counters = tls::Counters::new();
+    let mut connect = device_tls(port, "localhost", der(&ca.pem())).counters(&BROKEN);
+    let mut session = within("a TLS handshake", connect.connect())
+        .await
+        .unwrap_or_else(|e| panic!("handshake with rustls: {e}"));
+    let (mut rx, _tx) = aimdb_connectors::connect::Connection::split(&mut session);
+    let mut buf = [0u8; 16];
+    let e = within(
+        "the broken record",
+        embedded_io_async::Read::read(&mut rx, &mut buf),
+    )
+    .await
+    .expect_err("a broken record was read as data");
+    assert!(matches!(e, tls::Error::Tls(_)), "{e:?}");
+    let t = BROKEN.snapshot();
+    assert_eq!((t.handshakes, t.session_errors), (1, 1), "{t:?}");
+    server.abort();
+}
+
 // --------------------------------------------- a server without a certificate
 
 /// A TLS 1.3 "server" that sends ServerHello, EncryptedExtensions and

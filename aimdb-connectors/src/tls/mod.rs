@@ -131,6 +131,11 @@ aimdb_core::counter_set! {
         chain_too_long,
         /// Handshakes that failed otherwise (alert, protocol, I/O, closed).
         handshake_failed,
+        /// Sessions ended after the handshake by the broker's records: one
+        /// that failed to decrypt or parse, an alert, one larger than the
+        /// receive buffers (an orderly close and transport errors are not
+        /// counted here).
+        session_errors,
     }
 }
 
@@ -373,7 +378,7 @@ where
             count(c, &result);
         }
         result?;
-        Ok(Session::new(conn, tls, wire))
+        Ok(Session::new(conn, tls, wire, self.counters))
     }
 
     fn failure(error: &Self::Error) -> ConnectFailure {

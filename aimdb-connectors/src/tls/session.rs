@@ -19,7 +19,7 @@ use core::task::{Context, Poll};
 use embedded_io_async::{Error as _, ErrorKind, ErrorType, Read, Write};
 use embedded_tls::{TlsConnection, TlsError};
 
-use super::Suite;
+use super::{Counters, Suite};
 use crate::connect::Connection;
 
 /// A TLS record header: type, version, length.
@@ -314,6 +314,7 @@ pub struct Session<'c, 'd, I> {
     inner: I,
     tls: RefCell<TlsConnection<'c, Staged<'c, 'd>, Suite>>,
     wire: &'c RefCell<Wire<'d>>,
+    counters: Option<&'d Counters>,
 }
 
 impl<'c, 'd, I> Session<'c, 'd, I> {
@@ -321,13 +322,28 @@ impl<'c, 'd, I> Session<'c, 'd, I> {
         inner: I,
         tls: TlsConnection<'c, Staged<'c, 'd>, Suite>,
         wire: &'c RefCell<Wire<'d>>,
+        counters: Option<&'d Counters>,
     ) -> Self {
         Self {
             inner,
             tls: RefCell::new(tls),
             wire,
+            counters,
         }
     }
+}
+
+/// `e`, counted in [`Counters::session_errors`] when it is the session's
+/// fault (not the transport's, not the broker's orderly close).
+fn counted(counters: Option<&Counters>, e: Error) -> Error {
+    let session = match e {
+        Error::Tls(TlsError::ConnectionClosed) | Error::Io(_) | Error::Busy => false,
+        Error::Tls(_) | Error::RecordTooLarge => true,
+    };
+    if let (true, Some(c)) = (session, counters) {
+        aimdb_core::counters::bump(&c.session_errors, 1);
+    }
+    e
 }
 
 impl<I> fmt::Debug for Session<'_, '_, I> {
@@ -352,11 +368,13 @@ impl<'c, 'd, I: Connection> Connection for Session<'c, 'd, I> {
             Rx {
                 tls: &self.tls,
                 wire: self.wire,
+                counters: self.counters,
                 rx,
             },
             Tx {
                 tls: &self.tls,
                 wire: self.wire,
+                counters: self.counters,
                 tx,
             },
         )
@@ -424,6 +442,7 @@ macro_rules! once {
 pub struct Rx<'h, 'c, 'd, R> {
     tls: &'h RefCell<TlsConnection<'c, Staged<'c, 'd>, Suite>>,
     wire: &'c RefCell<Wire<'d>>,
+    counters: Option<&'d Counters>,
     rx: R,
 }
 
@@ -437,12 +456,12 @@ impl<R: Read> Read for Rx<'_, '_, '_, R> {
             // Decrypted bytes, or a whole record to decrypt: done now.
             // Otherwise embedded-tls took nothing and waits for more.
             if let Poll::Ready(r) = once!(self.tls, cx, |t| t.read(&mut *buf)) {
-                return Poll::Ready(r);
+                return Poll::Ready(r.map_err(|e| counted(self.counters, e)));
             }
             match fill(self.wire, &mut self.rx, cx) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Ok(0)),
                 Poll::Ready(Ok(_)) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(counted(self.counters, e))),
                 Poll::Pending => return Poll::Pending,
             }
         })
@@ -454,6 +473,7 @@ impl<R: Read> Read for Rx<'_, '_, '_, R> {
 pub struct Tx<'h, 'c, 'd, W> {
     tls: &'h RefCell<TlsConnection<'c, Staged<'c, 'd>, Suite>>,
     wire: &'c RefCell<Wire<'d>>,
+    counters: Option<&'d Counters>,
     tx: W,
 }
 
@@ -481,7 +501,7 @@ impl<W: Write> Write for Tx<'_, '_, '_, W> {
             }
             let n = match fits(once!(self.tls, cx, |t| t.write(buf))) {
                 Ok(n) => n,
-                Err(e) => return Poll::Ready(Err(e)),
+                Err(e) => return Poll::Ready(Err(counted(self.counters, e))),
             };
             // A record embedded-tls closed on the way (its buffer was
             // full) goes now if the socket takes it; the rest later.
@@ -503,7 +523,7 @@ impl<W: Write> Write for Tx<'_, '_, '_, W> {
             // What embedded-tls holds becomes a record in the staging
             // buffer, then goes.
             if let Err(e) = fits(once!(self.tls, cx, |t| t.flush())) {
-                return Poll::Ready(Err(e));
+                return Poll::Ready(Err(counted(self.counters, e)));
             }
             match drain(self.wire, &mut self.tx, cx) {
                 Poll::Ready(Ok(_)) => {}
