@@ -128,6 +128,10 @@ const ROWS: &[(&str, &str)] = &[
         "mqtt_receive",
         "a QoS 0 PUBLISH in the in-memory stream, the MQTT connector dispatches it into a record, read back",
     ),
+    (
+        "mqtt_publish_tls",
+        "mqtt_publish over TLS 1.3 (embedded-tls, AES-128-GCM): one record per message",
+    ),
 ];
 
 /// Targets (cpu, row, at most instructions per operation, what it is).
@@ -209,8 +213,10 @@ fn parse(out: &str) -> Result<Run, String> {
     })
 }
 
-/// Builds the firmware for `cpu`: (ELF, toolchain).
-fn build(cpu: &str) -> Result<(PathBuf, String), String> {
+/// Builds the firmware for `cpu`: (ELFs, toolchain). `b3`, and `b3-tls`
+/// (the TLS row: its handshake's stack and a second connector would not
+/// fit `b3`, see its source).
+fn build(cpu: &str) -> Result<(Vec<PathBuf>, String), String> {
     let script = aimdb_bench::workspace_root().join("scripts/firmware.sh");
     let out = Command::new("bash")
         .arg(&script)
@@ -231,7 +237,15 @@ fn build(cpu: &str) -> Result<(PathBuf, String), String> {
             .map(str::to_string)
             .ok_or_else(|| format!("scripts/firmware.sh b3 printed no `{k}` line"))
     };
-    Ok((PathBuf::from(field("elf=")?), field("rustc=")?))
+    let elfs: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("elf="))
+        .map(PathBuf::from)
+        .collect();
+    if elfs.is_empty() {
+        return Err("scripts/firmware.sh b3 printed no `elf=` line".into());
+    }
+    Ok((elfs, field("rustc=")?))
 }
 
 /// Runs the firmware once under QEMU; its semihosting output.
@@ -266,39 +280,45 @@ struct Measured {
     per_op: Vec<(String, f64)>,
 }
 
-/// Builds, runs twice, checks the runs agree, converts.
+/// Builds, runs each binary twice, checks the runs agree, converts (each
+/// binary's rows with its own calibration), and puts the rows together.
 fn measure(cpu: &'static str, icount: bool) -> Result<Measured, String> {
-    let (elf, toolchain) = build(cpu)?;
-    let first = parse(&qemu(cpu, &elf, icount)?)?;
-    let second = parse(&qemu(cpu, &elf, icount)?)?;
-    if first != second {
-        let mut diff = Vec::new();
-        if first.cal != second.cal {
-            diff.push(format!("calibration {:?} vs {:?}", first.cal, second.cal));
-        }
-        for (a, b) in first.rows.iter().zip(&second.rows) {
-            if a != b {
-                diff.push(format!("{}: ticks {} {} vs {} {}", a.0, a.2, a.3, b.2, b.3));
+    let (elfs, toolchain) = build(cpu)?;
+    let mut all: Option<Run> = None;
+    let mut per_op = Vec::new();
+    for elf in &elfs {
+        let first = parse(&qemu(cpu, elf, icount)?)?;
+        let second = parse(&qemu(cpu, elf, icount)?)?;
+        if first != second {
+            let mut diff = Vec::new();
+            if first.cal != second.cal {
+                diff.push(format!("calibration {:?} vs {:?}", first.cal, second.cal));
             }
+            for (a, b) in first.rows.iter().zip(&second.rows) {
+                if a != b {
+                    diff.push(format!("{}: ticks {} {} vs {} {}", a.0, a.2, a.3, b.2, b.3));
+                }
+            }
+            return Err(format!(
+                "{cpu}, {}: the two runs differ (is QEMU counting instructions?): {}",
+                elf.display(),
+                diff.join("; ")
+            ));
         }
-        return Err(format!(
-            "{cpu}: the two runs differ (is QEMU counting instructions?): {}",
-            diff.join("; ")
-        ));
-    }
-    let ipt = first.instr_per_tick()?;
-    let per_op = first
-        .rows
-        .iter()
-        .map(|(name, ops, small, large)| {
+        let ipt = first.instr_per_tick()?;
+        per_op.extend(first.rows.iter().map(|(name, ops, small, large)| {
             let ticks = large.saturating_sub(*small) as f64;
             (format!("{cpu}/{name}"), ticks * ipt / *ops as f64)
-        })
-        .collect();
+        }));
+        match &mut all {
+            None => all = Some(first),
+            Some(run) => run.rows.extend(first.rows),
+        }
+    }
     Ok(Measured {
         cpu,
         toolchain,
-        run: first,
+        run: all.ok_or("no firmware built")?,
         per_op,
     })
 }

@@ -244,8 +244,9 @@ fn device() -> Result<()> {
 
 fn b3(cpu: Cpu) -> Result<()> {
     let tc = Toolchain::select()?;
-    build_firmware(&tc, cpu.target(), &["--bin", "b3"])?;
+    build_firmware(&tc, cpu.target(), &["--bin", "b3", "--bin", "b3-tls"])?;
     println!("elf={}", fw_elf(cpu.target(), "b3").display());
+    println!("elf={}", fw_elf(cpu.target(), "b3-tls").display());
     println!("rustc={}", tc.description()?);
     Ok(())
 }

@@ -10,13 +10,17 @@
 //!   over TLS 1.3;
 //! - `footprint`: N or 2N routes, to measure the RAM cost of one route;
 //! - `b3`: instructions per operation of the hot paths under QEMU's
-//!   instruction counting (aimdb-bench's `b3_on_target` runs and gates it).
+//!   instruction counting (aimdb-bench's `b3_on_target` runs and gates it),
+//!   and `b3-tls`, its MQTT-over-TLS row (with [`measure`] and
+//!   [`tls_peer`]).
 //!
 //! No heap: no allocator is linked.
 #![no_std]
 
 pub mod host;
+pub mod measure;
 pub mod time;
+pub mod tls_peer;
 pub mod uart;
 
 use cortex_m_semihosting::debug;

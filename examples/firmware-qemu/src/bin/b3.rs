@@ -51,22 +51,13 @@ use aimdb_core::outbound::{Routes, TopicWriter, Written};
 use aimdb_core::record::{Keyed, Latest, Record, Ring};
 use aimdb_core::remote::{Op, Request};
 use aimdb_core::sync::Readiness;
-use cortex_m::peripheral::syst::SystClkSource;
-use cortex_m::peripheral::SYST;
 use cortex_m_rt::entry;
 use cortex_m_semihosting::hprintln;
 use device_protocol::{Command, Reading, Status};
 use embassy_executor::Executor;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use embedded_io_async::{Read, Write};
-
-/// Uncounted operations before the measured batches.
-const WARMUP: usize = 64;
-/// Operations in the first batch (the second runs twice as many); a
-/// multiple of 8, the period of every row's inputs.
-const OPS: usize = 4096;
-/// Calibration: iterations of [`spin`] in the first batch.
-const CAL: u32 = 1 << 21;
+use firmware_qemu::measure::{calibrate, ready, row, step, value};
 
 /// The record every routing fixture uses (b2's `Rec`, with the firmware's
 /// mutex).
@@ -159,88 +150,6 @@ const FRAME_TOPICS: [&str; 8] = [
     "dev/7/value",
 ];
 
-/// The value written by operation `i`: period 8, two postcard bytes.
-fn value(i: usize) -> u32 {
-    1000 + (i % 8) as u32
-}
-
-/// SysTick counts down from 2^24 - 1 on the core clock.
-fn now() -> u32 {
-    SYST::get_current()
-}
-
-fn elapsed(from: u32, to: u32) -> u32 {
-    from.wrapping_sub(to) & 0x00FF_FFFF
-}
-
-/// Ticks for operations `from .. from + n`.
-fn batch(op: &mut impl FnMut(usize), from: usize, n: usize) -> u32 {
-    let t0 = now();
-    for i in from..from + n {
-        op(i);
-    }
-    elapsed(t0, now())
-}
-
-/// Warms up, runs the two batches, prints the row.
-fn row(name: &str, mut op: impl FnMut(usize)) {
-    batch(&mut op, 0, WARMUP);
-    let small = batch(&mut op, WARMUP, OPS);
-    let large = batch(&mut op, WARMUP + OPS, 2 * OPS);
-    hprintln!("B3 {} {} {} {}", name, OPS, small, large);
-}
-
-/// Executes exactly `2 * n` instructions for `n >= 1`: `n` times `subs`
-/// and `bne` (a count of ours, not a library's, so it cannot change under
-/// us).
-#[inline(never)]
-fn spin(n: u32) {
-    // SAFETY: a register-only loop: it reads and writes no memory and no
-    // stack (`nomem, nostack`), and clobbers only its own register (declared
-    // as `inout`, discarded) and the flags (not preserved by default).
-    unsafe {
-        core::arch::asm!(
-            ".p2align 2",
-            "2:",
-            "subs {0}, #1",
-            "bne 2b",
-            inout(reg) n => _,
-            options(nomem, nostack),
-        );
-    }
-}
-
-fn calibrate() {
-    let run = |n: u32| {
-        let t0 = now();
-        spin(n);
-        elapsed(t0, now())
-    };
-    run(CAL); // as every row, one uncounted round first
-    let small = run(CAL);
-    let large = run(2 * CAL);
-    // spin(2 * CAL) runs 2 * CAL more instructions than spin(CAL).
-    hprintln!("B3CAL {} {} {}", 2 * CAL, small, large);
-}
-
-/// Polls `fut` once with a no-op waker; it must be ready.
-fn ready<F: Future>(fut: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    match pin!(fut).poll(&mut cx) {
-        Poll::Ready(v) => v,
-        Poll::Pending => fail("expected a ready future"),
-    }
-}
-
-/// Polls the connector future once with the task's waker: it must not
-/// end.
-fn step<F: Future>(run: core::pin::Pin<&mut F>, waker: &Waker) {
-    let mut cx = Context::from_waker(waker);
-    if run.poll(&mut cx).is_ready() {
-        fail("the MQTT connector stopped");
-    }
-}
-
 fn written(v: &u32, w: &mut TopicWriter<'_>) -> core::fmt::Result {
     write!(w, "dev/{}/value", v % 100)
 }
@@ -250,11 +159,7 @@ fn main() -> ! {
     let Some(p) = cortex_m::Peripherals::take() else {
         fail("peripherals taken")
     };
-    let mut syst = p.SYST;
-    syst.set_clock_source(SystClkSource::Core);
-    syst.set_reload(0x00FF_FFFF);
-    syst.clear_current();
-    syst.enable_counter();
+    firmware_qemu::measure::start(p.SYST);
 
     let mut payload = [0u8; 8];
     let Ok(n) = Postcard.encode(&0x0101_0101u32, &mut payload) else {
