@@ -385,11 +385,46 @@ async fn a_device_certificate_reaches_the_broker_acl() {
     })
     .await;
 
+    // A host service reads alike: the same DER files through rustls.
+    let host = aimdb_connectors::mqtt::TlsConnect::with_der(
+        mosquitto::addr(port),
+        "localhost",
+        right,
+        Some((der(&dev_cert), der(&dev_key))),
+    )
+    .unwrap();
+    let (_, _, mut inbound, mut routes) = routed();
+    let counters = Counters::new();
+    let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
+    let mut mqtt = connector(config("aimdb-tls-host7"), &mut rx, &mut tx, host, &counters);
+    alongside(mqtt.run(&mut inbound, &mut routes), async {
+        until("the host connector to connect", || counters.is_connected()).await;
+    })
+    .await;
+    assert!(
+        broker
+            .log()
+            .lines()
+            .any(|l| l.contains("as aimdb-tls-host7") && l.contains("u'dev7'")),
+        "{}",
+        broker.log()
+    );
+
     // Someone else's key with dev7's certificate is refused at setup.
     let (_, other_key) = client_cert(&devices, "dev8");
     assert_eq!(
         Identity::from_der(der(&dev_cert), der(&other_key)).err(),
         Some(IdentityError::NotTheCertificatesKey)
+    );
+    assert_eq!(
+        aimdb_connectors::mqtt::TlsConnect::with_der(
+            mosquitto::addr(port),
+            "localhost",
+            right,
+            Some((der(&dev_cert), der(&other_key))),
+        )
+        .err(),
+        Some(aimdb_connectors::mqtt::TlsSetupError::ClientKey)
     );
 }
 

@@ -102,6 +102,30 @@ impl TlsConnect {
         Self::new(addr, server_name, Arc::new(config))
     }
 
+    /// As [`Self::with_ca_pem`] and [`Self::with_client_pem`], from the DER
+    /// files a device holds (the device's `tls::TlsConnect` takes the
+    /// same): the CA certificate, and optionally a client certificate
+    /// with its key (PKCS#8, SEC1 or PKCS#1 DER).
+    pub fn with_der(
+        addr: impl fmt::Display,
+        server_name: &str,
+        ca_der: &[u8],
+        client: Option<(&[u8], &[u8])>,
+    ) -> Result<Self, TlsSetupError> {
+        let builder = trusting_der(ca_der)?;
+        let config = match client {
+            None => builder.with_no_client_auth(),
+            Some((cert, key)) => {
+                let key =
+                    PrivateKeyDer::try_from(key.to_vec()).map_err(|_| TlsSetupError::ClientKey)?;
+                builder
+                    .with_client_auth_cert(std::vec![CertificateDer::from(cert.to_vec())], key)
+                    .map_err(|_| TlsSetupError::ClientKey)?
+            }
+        };
+        Self::new(addr, server_name, Arc::new(config))
+    }
+
     /// The name the broker's certificate is checked against.
     pub fn server_name(&self) -> &ServerName<'static> {
         &self.server_name
@@ -147,6 +171,18 @@ pub fn tls_client_config_with_cert(
         .map_err(|_| TlsSetupError::ClientKey)
 }
 
+/// A client configuration builder trusting exactly the CA certificate
+/// `ca_der`.
+fn trusting_der(
+    ca_der: &[u8],
+) -> Result<rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>, TlsSetupError> {
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from(ca_der.to_vec()))
+        .map_err(|_| TlsSetupError::BadCaCertificate)?;
+    with_roots(roots)
+}
+
 /// A client configuration builder trusting exactly the CAs in `ca_pem`.
 fn trusting(
     ca_pem: &[u8],
@@ -161,6 +197,12 @@ fn trusting(
     if roots.is_empty() {
         return Err(TlsSetupError::NoCaCertificate);
     }
+    with_roots(roots)
+}
+
+fn with_roots(
+    roots: RootCertStore,
+) -> Result<rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>, TlsSetupError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     Ok(ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
