@@ -14,7 +14,7 @@ use core::cell::RefCell;
 use core::fmt;
 use core::future::{poll_fn, Future};
 use core::pin::{pin, Pin};
-use core::task::{Context, Poll};
+use core::task::{ready, Context, Poll};
 
 use embedded_io_async::{Error as _, ErrorKind, ErrorType, Read, Write};
 use embedded_tls::{TlsConnection, TlsError};
@@ -364,20 +364,12 @@ impl<'c, 'd, I: Connection> Connection for Session<'c, 'd, I> {
 
     fn split(&mut self) -> (Self::Rx<'_>, Self::Tx<'_>) {
         let (rx, tx) = self.inner.split();
-        (
-            Rx {
-                tls: &self.tls,
-                wire: self.wire,
-                counters: self.counters,
-                rx,
-            },
-            Tx {
-                tls: &self.tls,
-                wire: self.wire,
-                counters: self.counters,
-                tx,
-            },
-        )
+        let s = Shared {
+            tls: &self.tls,
+            wire: self.wire,
+            counters: self.counters,
+        };
+        (Rx { s, rx }, Tx { s, tx })
     }
 }
 
@@ -438,11 +430,17 @@ macro_rules! once {
     };
 }
 
-/// The receiving half of a [`Session`].
-pub struct Rx<'h, 'c, 'd, R> {
+/// What both halves of a [`Session`] share.
+#[derive(Clone, Copy)]
+struct Shared<'h, 'c, 'd> {
     tls: &'h RefCell<TlsConnection<'c, Staged<'c, 'd>, Suite>>,
     wire: &'c RefCell<Wire<'d>>,
     counters: Option<&'d Counters>,
+}
+
+/// The receiving half of a [`Session`].
+pub struct Rx<'h, 'c, 'd, R> {
+    s: Shared<'h, 'c, 'd>,
     rx: R,
 }
 
@@ -452,17 +450,16 @@ impl<R> ErrorType for Rx<'_, '_, '_, R> {
 
 impl<R: Read> Read for Rx<'_, '_, '_, R> {
     async fn read(&mut self, buf: &mut [u8]) -> Result<usize, Error> {
+        let s = self.s;
         poll_fn(|cx| loop {
             // Decrypted bytes, or a whole record to decrypt: done now.
             // Otherwise embedded-tls took nothing and waits for more.
-            if let Poll::Ready(r) = once!(self.tls, cx, |t| t.read(&mut *buf)) {
-                return Poll::Ready(r.map_err(|e| counted(self.counters, e)));
+            if let Poll::Ready(r) = once!(s.tls, cx, |t| t.read(&mut *buf)) {
+                return Poll::Ready(r.map_err(|e| counted(s.counters, e)));
             }
-            match fill(self.wire, &mut self.rx, cx) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Ok(0)),
-                Poll::Ready(Ok(_)) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(counted(self.counters, e))),
-                Poll::Pending => return Poll::Pending,
+            let n = ready!(fill(s.wire, &mut self.rx, cx)).map_err(|e| counted(s.counters, e))?;
+            if n == 0 {
+                return Poll::Ready(Ok(0));
             }
         })
         .await
@@ -471,9 +468,7 @@ impl<R: Read> Read for Rx<'_, '_, '_, R> {
 
 /// The sending half of a [`Session`].
 pub struct Tx<'h, 'c, 'd, W> {
-    tls: &'h RefCell<TlsConnection<'c, Staged<'c, 'd>, Suite>>,
-    wire: &'c RefCell<Wire<'d>>,
-    counters: Option<&'d Counters>,
+    s: Shared<'h, 'c, 'd>,
     tx: W,
 }
 
@@ -492,48 +487,31 @@ fn fits<T>(p: Poll<Result<T, Error>>) -> Result<T, Error> {
 
 impl<W: Write> Write for Tx<'_, '_, '_, W> {
     async fn write(&mut self, buf: &[u8]) -> Result<usize, Error> {
+        let s = self.s;
         poll_fn(|cx| {
             // Staged bytes out first.
-            match drain(self.wire, &mut self.tx, cx) {
-                Poll::Ready(Ok(_)) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            }
-            let n = match fits(once!(self.tls, cx, |t| t.write(buf))) {
-                Ok(n) => n,
-                Err(e) => return Poll::Ready(Err(counted(self.counters, e))),
-            };
+            ready!(drain(s.wire, &mut self.tx, cx))?;
+            let n = fits(once!(s.tls, cx, |t| t.write(buf))).map_err(|e| counted(s.counters, e))?;
             // A record embedded-tls closed on the way (its buffer was
             // full) goes now if the socket takes it; the rest later.
-            match drain(self.wire, &mut self.tx, cx) {
-                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                _ => Poll::Ready(Ok(n)),
+            if let Poll::Ready(Err(e)) = drain(s.wire, &mut self.tx, cx) {
+                return Poll::Ready(Err(e));
             }
+            Poll::Ready(Ok(n))
         })
         .await
     }
 
     async fn flush(&mut self) -> Result<(), Error> {
+        let s = self.s;
         poll_fn(|cx| {
-            match drain(self.wire, &mut self.tx, cx) {
-                Poll::Ready(Ok(_)) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            }
+            ready!(drain(s.wire, &mut self.tx, cx))?;
             // What embedded-tls holds becomes a record in the staging
             // buffer, then goes.
-            if let Err(e) = fits(once!(self.tls, cx, |t| t.flush())) {
-                return Poll::Ready(Err(counted(self.counters, e)));
-            }
-            match drain(self.wire, &mut self.tx, cx) {
-                Poll::Ready(Ok(_)) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            }
-            match pin!(self.tx.flush()).poll(cx) {
-                Poll::Ready(r) => Poll::Ready(r.map_err(|e| Error::Io(e.kind()))),
-                Poll::Pending => Poll::Pending,
-            }
+            fits(once!(s.tls, cx, |t| t.flush())).map_err(|e| counted(s.counters, e))?;
+            ready!(drain(s.wire, &mut self.tx, cx))?;
+            let flushed = ready!(pin!(self.tx.flush()).poll(cx));
+            Poll::Ready(flushed.map_err(|e| Error::Io(e.kind())))
         })
         .await
     }
