@@ -22,55 +22,20 @@ use aimdb_connectors::tls::{
 };
 use aimdb_connectors::tokio_io::TcpConnect;
 use aimdb_connectors::Connect;
-use aimdb_core::codec::Postcard;
-use aimdb_core::inbound::{self, Dispatch};
-use aimdb_core::outbound::{self, Routes};
-use aimdb_core::record::{Latest, Record};
-use aimdb_core::sync::Readiness;
-use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use embedded_io_adapters::tokio_1::FromTokio;
 use mosquitto::{
-    alongside, ca, client_cert, connector, free_port, publish, server_cert, tcp, until, within,
-    Broker, ClientArgs, Sub, TempDir,
+    alongside, ca, client_cert, connector, free_port, leak, publish, routed, server_cert, tcp,
+    until, within, Broker, ClientArgs, Sub, TempDir,
 };
 use rand_core::OsRng;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
-type Rec = Record<Cs, Latest<u32>, 1>;
 type Issuer = rcgen::CertifiedIssuer<'static, rcgen::KeyPair>;
-
-fn leak<T>(v: T) -> &'static mut T {
-    Box::leak(Box::new(v))
-}
 
 /// PEM to DER (the first block), as firmware would `include_bytes!` it.
 fn der(pem: &str) -> &'static [u8] {
     let block = pem::parse(pem).unwrap();
     leak(block.into_contents())
-}
-
-/// The connector's records: `out` published on `dev/state`, `cmd/level`
-/// delivered into `inn`.
-fn routed() -> (
-    &'static Rec,
-    &'static Rec,
-    Dispatch<'static, 2, 2>,
-    Routes<'static, &'static Readiness<1>, 1, 1>,
-) {
-    let out: &'static Rec = leak(Record::new("out"));
-    let inn: &'static Rec = leak(Record::new("in"));
-    let mut b = Dispatch::<2, 2>::builder();
-    b.link("cmd/level", leak(inbound::Link::new(inn, Postcard)));
-    let inbound = b.build().unwrap();
-    let state = leak(outbound::Link::new(
-        out.subscribe().unwrap(),
-        "dev/state",
-        Postcard,
-    ));
-    let ready = leak(Readiness::new());
-    let mut b = Routes::<_, 1, 1>::builder(&*ready, leak([0u8; 16]));
-    b.link(state);
-    (out, inn, inbound, b.build().unwrap())
 }
 
 fn config(client_id: &str) -> Config<'_> {
@@ -211,6 +176,19 @@ async fn the_right_ca_round_trips_and_survives_a_broker_restart() {
         (0, 0, 0),
         "{t:?}"
     );
+}
+
+/// Runs the MQTT connector over `connect` as `client_id` until it is
+/// connected.
+async fn comes_up<C: Connect>(connect: C, client_id: &str) {
+    let (_, _, mut inbound, mut routes) = routed();
+    let counters = Counters::new();
+    let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
+    let mut mqtt = connector(config(client_id), &mut rx, &mut tx, connect, &counters);
+    alongside(mqtt.run(&mut inbound, &mut routes), async {
+        until("the connector to connect", || counters.is_connected()).await;
+    })
+    .await;
 }
 
 /// A connector over `connect` that must never get in: it tries three
@@ -369,21 +347,8 @@ async fn a_device_certificate_reaches_the_broker_acl() {
 
     // With it, the MQTT session opens under the certificate's name.
     let connect = device_tls(port, "localhost", right).identity(identity);
-    let (_, _, mut inbound, mut routes) = routed();
-    let counters = Counters::new();
-    let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
-    let mut mqtt = connector(
-        config("aimdb-tls-dev7"),
-        &mut rx,
-        &mut tx,
-        connect,
-        &counters,
-    );
-    alongside(mqtt.run(&mut inbound, &mut routes), async {
-        until("the connector to connect", || counters.is_connected()).await;
-        within("the broker to log the identity", broker.wait_log("u'dev7'")).await;
-    })
-    .await;
+    comes_up(connect, "aimdb-tls-dev7").await;
+    within("the broker to log the identity", broker.wait_log("u'dev7'")).await;
 
     // A host service reads alike: the same DER files through rustls.
     let host = aimdb_connectors::mqtt::TlsConnect::with_der(
@@ -393,14 +358,7 @@ async fn a_device_certificate_reaches_the_broker_acl() {
         Some((der(&dev_cert), der(&dev_key))),
     )
     .unwrap();
-    let (_, _, mut inbound, mut routes) = routed();
-    let counters = Counters::new();
-    let (mut rx, mut tx) = ([0u8; 512], [0u8; 512]);
-    let mut mqtt = connector(config("aimdb-tls-host7"), &mut rx, &mut tx, host, &counters);
-    alongside(mqtt.run(&mut inbound, &mut routes), async {
-        until("the host connector to connect", || counters.is_connected()).await;
-    })
-    .await;
+    comes_up(host, "aimdb-tls-host7").await;
     assert!(
         broker
             .log()

@@ -23,17 +23,9 @@ use aimdb_connectors::mqtt::{
     Cause, Config, Connect, ConnectFailure, Counters, TlsConnect, TlsConnectError, TlsSetupError,
 };
 use aimdb_connectors::reconnect::{Backoff, Reconnect, Stopped};
-use aimdb_core::codec::Postcard;
-use aimdb_core::inbound;
-use aimdb_core::inbound::Dispatch;
-use aimdb_core::outbound;
-use aimdb_core::outbound::Routes;
-use aimdb_core::record::{Latest, Record};
-use aimdb_core::sync::Readiness;
-use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use mosquitto::{
-    addr, alongside, ca, client_cert, connector, free_port, password_file, publish, server_cert,
-    tcp, try_publish, until, within, Broker, ClientArgs, Sub, TempDir,
+    addr, alongside, ca, client_cert, connector, free_port, password_file, publish, routed,
+    server_cert, tcp, try_publish, until, within, Broker, ClientArgs, Sub, TempDir,
 };
 
 const USER: &str = "aimdb";
@@ -66,39 +58,8 @@ fn secured_broker(dir: &TempDir, tls: &str) -> Broker {
     )
 }
 
-type Rec = Record<Cs, Latest<u32>, 1>;
-
-fn leak<T>(v: T) -> &'static mut T {
-    Box::leak(Box::new(v))
-}
-
-/// The connector's records and routes in every test: `out` published on
-/// `dev/state`, `cmd/level` delivered into `inn`.
-fn routed() -> (
-    &'static Rec,
-    &'static Rec,
-    Dispatch<'static, 2, 2>,
-    Routes<'static, &'static Readiness<1>, 1, 1>,
-) {
-    let out: &'static Rec = leak(Record::new("out"));
-    let inn: &'static Rec = leak(Record::new("in"));
-    let mut b = Dispatch::<2, 2>::builder();
-    b.link("cmd/level", leak(inbound::Link::new(inn, Postcard)));
-    let inbound = b.build().unwrap();
-    let state = leak(outbound::Link::new(
-        out.subscribe().unwrap(),
-        "dev/state",
-        Postcard,
-    ));
-    let ready = leak(Readiness::new());
-    let mut b =
-        Routes::<_, 1, 1>::builder(&*ready, leak([0u8; 16])).written_topics(leak([0u8; 16]));
-    b.link(state);
-    (out, inn, inbound, b.build().unwrap())
-}
-
 /// The connector with one outbound route (`out` → `dev/state`) and one
-/// inbound route (`cmd/level` → `in`), see [`routed`], over `connect`; checks both
+/// inbound route (`cmd/level` → `in`), see `mosquitto::routed`, over `connect`; checks both
 /// directions against `mosquitto_sub` / `mosquitto_pub` using `clients`.
 async fn round_trip<C: Connect>(broker: &Broker, clients: &ClientArgs, connect: C) {
     let mut sub = Sub::start_with(broker, clients, "watcher", "dev/state").await;

@@ -28,6 +28,12 @@ use std::time::{Duration, Instant};
 use aimdb_connectors::mqtt::{Config, Connect, Counters, Mqtt};
 use aimdb_connectors::tokio_io::TcpConnect;
 use aimdb_connectors::tokio_io::TokioClock;
+use aimdb_core::codec::Postcard;
+use aimdb_core::inbound::{self, Dispatch};
+use aimdb_core::outbound::{self, Routes};
+use aimdb_core::record::{Latest, Record};
+use aimdb_core::sync::Readiness;
+use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 /// Bound on every wait.
@@ -642,4 +648,39 @@ impl<G: Fn() -> bool> Connect for Gated<G> {
         }
         self.inner.connect().await
     }
+}
+
+// ------------------------------------------------------------ the records
+
+/// A `u32` record as the MQTT tests route it.
+pub type Rec = Record<Cs, Latest<u32>, 1>;
+
+/// `v` for the rest of the test.
+pub fn leak<T>(v: T) -> &'static mut T {
+    Box::leak(Box::new(v))
+}
+
+/// A connector's records and tables: `out` published on `dev/state`,
+/// `cmd/level` delivered into `inn`.
+pub fn routed() -> (
+    &'static Rec,
+    &'static Rec,
+    Dispatch<'static, 2, 2>,
+    Routes<'static, &'static Readiness<1>, 1, 1>,
+) {
+    let out: &'static Rec = leak(Record::new("out"));
+    let inn: &'static Rec = leak(Record::new("in"));
+    let mut b = Dispatch::<2, 2>::builder();
+    b.link("cmd/level", leak(inbound::Link::new(inn, Postcard)));
+    let inbound = b.build().unwrap();
+    let state = leak(outbound::Link::new(
+        out.subscribe().unwrap(),
+        "dev/state",
+        Postcard,
+    ));
+    let ready = leak(Readiness::new());
+    let mut b =
+        Routes::<_, 1, 1>::builder(&*ready, leak([0u8; 16])).written_topics(leak([0u8; 16]));
+    b.link(state);
+    (out, inn, inbound, b.build().unwrap())
 }
