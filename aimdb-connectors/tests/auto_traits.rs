@@ -114,3 +114,73 @@ fn mqtt_run_over_tcp_is_send_with_thread_safe_records() {
     let fut = mqtt.run(&mut d, &mut r);
     is_send(&fut);
 }
+
+/// The host TLS layer (rustls behind tokio's lock) keeps the MQTT
+/// connector `Send`: a service spawns it on the multi-thread runtime.
+#[cfg(feature = "tls")]
+#[test]
+fn mqtt_run_over_host_tls_is_send_with_thread_safe_records() {
+    use aimdb_connectors::mqtt::{tls_client_config, Config, Counters, Mqtt, TlsConnect};
+    use aimdb_connectors::tokio_io::TokioClock;
+    let counters: &'static Counters = leak(Counters::new());
+    let (mut d, mut r) = tables!(HostRawMutex);
+    let (rx, tx) = (leak([0u8; 256]), leak([0u8; 256]));
+    // Any trust store will do: the future is never polled.
+    let config = tls_client_config(
+        rcgen::generate_simple_self_signed(vec!["localhost".into()])
+            .unwrap()
+            .cert
+            .pem()
+            .as_bytes(),
+    )
+    .unwrap();
+    let connect = TlsConnect::new("127.0.0.1:1", "localhost", std::sync::Arc::new(config)).unwrap();
+    let mut mqtt = Mqtt::new(
+        Config::new("pin"),
+        aimdb_connectors::mqtt::Parts {
+            connect,
+            clock: TokioClock::new(),
+            rx,
+            tx,
+            counters,
+        },
+    )
+    .unwrap();
+    let fut = mqtt.run(&mut d, &mut r);
+    is_send(&fut);
+}
+
+/// The device TLS layer shares its session between the two halves
+/// through a `RefCell` (one executor, one poll at a time): the MQTT
+/// connector over it is not `Send`, whatever the records. On a host, run
+/// it with `tokio_io::run_on_thread`, or use `mqtt::TlsConnect`.
+#[cfg(feature = "embedded-tls")]
+#[test]
+fn mqtt_run_over_device_tls_is_not_send() {
+    use aimdb_connectors::mqtt::{Config, Counters, Mqtt};
+    use aimdb_connectors::tls::TlsConnect;
+    use aimdb_connectors::tokio_io::{TcpConnect, TokioClock};
+    let counters: &'static Counters = leak(Counters::new());
+    let (mut d, mut r) = tables!(HostRawMutex);
+    let (rx, tx) = (leak([0u8; 256]), leak([0u8; 256]));
+    let connect = TlsConnect::new(
+        TcpConnect::new("127.0.0.1:1"),
+        "localhost",
+        &[],
+        rand_core::OsRng,
+        leak([0u8; 64]),
+        leak([0u8; 64]),
+    );
+    let mut mqtt = Mqtt::new(
+        Config::new("pin"),
+        aimdb_connectors::mqtt::Parts {
+            connect,
+            clock: TokioClock::new(),
+            rx,
+            tx,
+            counters,
+        },
+    )
+    .unwrap();
+    assert_not_send!(mqtt.run(&mut d, &mut r));
+}

@@ -48,6 +48,14 @@
 //! split) and also fits a client certificate of about 900 B in the
 //! handshake.
 //!
+//! # Threads
+//!
+//! The two halves share the session through a `RefCell`, one poll at a
+//! time, as an embassy executor runs them: a connector over `TlsConnect`
+//! is not `Send` (pinned in `tests/auto_traits.rs`). On a tokio host use
+//! `mqtt::TlsConnect` (feature `tls`: rustls, `Send`), or run
+//! this one with `tokio_io::run_on_thread`.
+//!
 //! # Entropy and time
 //!
 //! The key exchange needs a cryptographic random number generator: pass
