@@ -2,7 +2,7 @@
 //! [`TlsConnect`], the device side of TLS to an MQTT broker.
 //!
 //! A layer, not a connector: `TlsConnect` wraps the transport's own
-//! `Connect` (embassy-net's [`TcpConnect`](crate::embassy_net::TcpConnect),
+//! `Connect` (embassy-net's `embassy_net::TcpConnect`,
 //! a UART pair, a tokio socket in a test) and opens a TLS session over each
 //! connection it makes. The engines and the runner never know about it.
 //! [embedded-tls](https://crates.io/crates/embedded-tls) does the protocol
