@@ -375,13 +375,6 @@ where
             Ok(()) => provider.verifier.outcome(),
             Err(e) => Err(provider.verifier.refusal().unwrap_or(e)),
         };
-        let result = result.map_err(|e| match e {
-            session::HandshakeError::Tls(e) => ConnectError::Handshake(e),
-            session::HandshakeError::Io(kind) => ConnectError::Io(kind),
-            session::HandshakeError::Closed => ConnectError::Closed,
-            session::HandshakeError::NoServerCertificate => ConnectError::NoServerCertificate,
-            session::HandshakeError::ChainTooLong => ConnectError::ChainTooLong,
-        });
         if let Some(c) = self.counters {
             count(c, &result);
         }

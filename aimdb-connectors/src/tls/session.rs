@@ -19,7 +19,7 @@ use core::task::{ready, Context, Poll};
 use embedded_io_async::{Error as _, ErrorKind, ErrorType, Read, Write};
 use embedded_tls::{TlsConnection, TlsError};
 
-use super::{Counters, Suite};
+use super::{ConnectError, Counters, Suite};
 use crate::connect::Connection;
 
 /// A TLS record header: type, version, length.
@@ -175,22 +175,6 @@ impl Write for Staged<'_, '_> {
     }
 }
 
-/// How a handshake failed, before it is told apart for the user.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum HandshakeError {
-    Tls(TlsError),
-    Io(ErrorKind),
-    Closed,
-    NoServerCertificate,
-    ChainTooLong,
-}
-
-impl From<TlsError> for HandshakeError {
-    fn from(e: TlsError) -> Self {
-        Self::Tls(e)
-    }
-}
-
 /// Writes staged bytes until none is left (`Ready(Ok(moved))`) or the
 /// socket takes no more now (`Pending`, its waker registered).
 fn drain<W: Write>(
@@ -247,22 +231,22 @@ fn fill<R: Read>(
 
 /// Drives embedded-tls's `open` over the socket halves until it completes
 /// and its last flight is written.
-pub(crate) async fn handshake<F, R, W>(
+pub(crate) async fn handshake<F, R, W, E>(
     mut open: Pin<&mut F>,
     wire: &RefCell<Wire<'_>>,
     rx: &mut R,
     tx: &mut W,
-) -> Result<(), HandshakeError>
+) -> Result<(), ConnectError<E>>
 where
     F: Future<Output = Result<(), TlsError>>,
     R: Read,
     W: Write,
 {
     let io = |e: Error| match e {
-        Error::Io(k) => HandshakeError::Io(k),
-        Error::Tls(e) => HandshakeError::Tls(e),
-        Error::RecordTooLarge => HandshakeError::Tls(TlsError::InsufficientSpace),
-        Error::Busy => HandshakeError::Tls(TlsError::InternalError),
+        Error::Io(k) => ConnectError::Io(k),
+        Error::Tls(e) => ConnectError::Handshake(e),
+        Error::RecordTooLarge => ConnectError::Handshake(TlsError::InsufficientSpace),
+        Error::Busy => ConnectError::Handshake(TlsError::InternalError),
     };
     let mut done = false;
     poll_fn(|cx| loop {
@@ -278,7 +262,7 @@ where
                     done = true;
                     progress = true;
                 }
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(HandshakeError::Tls(e))),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(ConnectError::Handshake(e))),
                 Poll::Pending => {}
             }
         }
@@ -292,12 +276,12 @@ where
                 return Poll::Pending;
             }
             return match pin!(tx.flush()).poll(cx) {
-                Poll::Ready(r) => Poll::Ready(r.map_err(|e| HandshakeError::Io(e.kind()))),
+                Poll::Ready(r) => Poll::Ready(r.map_err(|e| ConnectError::Io(e.kind()))),
                 Poll::Pending => Poll::Pending,
             };
         }
         match fill(wire, rx, cx) {
-            Poll::Ready(Ok(0)) => return Poll::Ready(Err(HandshakeError::Closed)),
+            Poll::Ready(Ok(0)) => return Poll::Ready(Err(ConnectError::Closed)),
             Poll::Ready(Ok(_)) => progress = true,
             Poll::Ready(Err(e)) => return Poll::Ready(Err(io(e))),
             Poll::Pending => {}

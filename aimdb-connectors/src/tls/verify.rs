@@ -10,8 +10,7 @@ use embedded_tls::{
 use p256::ecdsa::{DerSignature, SigningKey};
 use rand_core::CryptoRngCore;
 
-use super::session::HandshakeError;
-use super::{Identity, Suite};
+use super::{ConnectError, Identity, Suite};
 
 /// Wraps a verifier; remembers whether the server's Certificate and
 /// CertificateVerify were both checked, and refuses a chain longer than
@@ -45,17 +44,17 @@ impl<'a, V> Guard<'a, V> {
 
     /// After a completed handshake: `Ok` only if both messages were
     /// checked.
-    pub(crate) fn outcome(&self) -> Result<(), HandshakeError> {
+    pub(crate) fn outcome<E>(&self) -> Result<(), ConnectError<E>> {
         if self.certificate && self.signature {
             Ok(())
         } else {
-            Err(HandshakeError::NoServerCertificate)
+            Err(ConnectError::NoServerCertificate)
         }
     }
 
     /// After a failed handshake: the reason the guard itself refused.
-    pub(crate) fn refusal(&self) -> Option<HandshakeError> {
-        self.too_long.then_some(HandshakeError::ChainTooLong)
+    pub(crate) fn refusal<E>(&self) -> Option<ConnectError<E>> {
+        self.too_long.then_some(ConnectError::ChainTooLong)
     }
 }
 
