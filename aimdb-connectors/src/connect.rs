@@ -158,7 +158,9 @@ where
     }
 }
 
-/// The connection of an always-open pair: its two halves, lent.
+/// The connection of an always-open pair: its two halves, lent (as
+/// `&mut R` and `&mut W`; a pair of references would lend references to
+/// them).
 #[derive(Debug)]
 pub struct Lent<'c, R, W> {
     rx: &'c mut R,
