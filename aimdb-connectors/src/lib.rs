@@ -28,6 +28,7 @@
 //! | `embassy_net` | `TcpConnect`: an embassy-net `TcpSocket` as a [`Connect`], caller-provided buffers, no heap | `embassy-net` |
 //! | `tls` | `TlsConnect`: TLS 1.3 under any [`Connect`] for devices (embedded-tls), the broker's certificate checked, no heap | `embedded-tls` |
 //! | `tokio_io` | tokio streams as `embedded-io-async` halves, `TcpConnect`, `UnixConnect`, `TokioClock`, `run_on_thread` | `tokio` |
+//! | `backlog` | a durable backlog on NOR flash or a file: values kept until the peer acknowledged them, through outages and reboots | `backlog` |
 //! | `fault` | a transport wrapper that splits, stalls and closes on a plan, for tests | `testing` |
 //!
 //! Other features: `alloc`, `std` (pass-through to `aimdb-core`), `tls`
@@ -235,6 +236,8 @@ macro_rules! counted {
 #[cfg(feature = "remote")]
 pub(crate) use counted;
 
+#[cfg(feature = "backlog")]
+pub mod backlog;
 pub mod clock;
 pub mod connect;
 #[cfg(feature = "embassy-net")]
