@@ -64,6 +64,30 @@ pub enum Offer {
     TooLarge,
 }
 
+/// What identifies a tracked message to its consumers: the node's boot
+/// and the message's sequence within it, in the order stored (a
+/// backlog's stamp). A consumer that keeps the largest it has seen per
+/// node drops every duplicate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Id {
+    /// The node's boot sequence.
+    pub boot: u32,
+    /// The message's sequence within that boot.
+    pub seq: u32,
+}
+
+/// What became of tracked messages ([`Engine::offer_tracked`]) since the
+/// last [`Engine::delivered`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Delivery {
+    /// This many of the oldest were acknowledged by the peer, in the
+    /// order offered.
+    pub acked: u32,
+    /// The engine dropped every other tracked message it held (a new
+    /// connection): offer them again, oldest first.
+    pub lost: bool,
+}
+
 /// How the transport ended a connection, as the runner saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoEnd {
@@ -126,6 +150,25 @@ pub trait Engine {
 
     /// Offers one outbound message; see [`Offer`].
     fn offer(&mut self, message: &Message<'_>, now: Instant) -> Offer;
+
+    /// Whether the engine learns of delivery (acknowledgements from the
+    /// peer) and reports it through [`Engine::delivered`]: only such an
+    /// engine can drain a durable backlog.
+    const TRACKS: bool = false;
+
+    /// Offers a message the runner keeps in a durable backlog until the
+    /// peer acknowledges it: as [`Engine::offer`], carrying `id` to the
+    /// consumer, with its acknowledgement reported by
+    /// [`Engine::delivered`].
+    fn offer_tracked(&mut self, message: &Message<'_>, id: Id, now: Instant) -> Offer {
+        let _ = id;
+        self.offer(message, now)
+    }
+
+    /// What became of tracked messages since the last call.
+    fn delivered(&mut self) -> Delivery {
+        Delivery::default()
+    }
 
     /// When [`Engine::poll`] must next be called; `None`: not for time.
     fn poll_at(&self) -> Option<Instant>;

@@ -29,9 +29,10 @@ use super::outbox::{Outbox, AWAIT_PUBACK, AWAIT_PUBREC, HEAD, ONCE};
 use super::packet::{
     packet_len, Writer, CONNECT, DISCONNECT, PINGREQ, PUBLISH, SUBSCRIBE, VARINT_MAX,
 };
+use super::tracked::{self, Tracked};
 use super::{Cause, Presence};
 use crate::clock::Instant;
-use crate::engine::{Failure, Io, IoEnd, Offer};
+use crate::engine::{Delivery, Failure, Id, Io, IoEnd, Offer};
 use aimdb_core::counters::bump;
 
 /// Inbound QoS 2 publishes we have PUBREC'd and await PUBREL for, at most:
@@ -202,6 +203,8 @@ pub struct Engine<'a> {
     pub(super) resumable: bool,
     /// The birth sequence of the last connection that came up.
     pub(super) seq: u64,
+    /// Publishes a durable backlog waits to see acknowledged.
+    pub(super) tracked: Tracked,
     pub(super) c: Conn,
 }
 
@@ -221,6 +224,7 @@ impl<'a> Engine<'a> {
             rx_qos2: heapless::Vec::new(),
             resumable: false,
             seq,
+            tracked: Tracked::new(),
             c: Conn::new(),
         }
     }
@@ -266,6 +270,7 @@ impl<'a> Engine<'a> {
     /// Queues one PUBLISH in TX. QoS 1/2: kept until acknowledged. A QoS
     /// above the broker's maximum goes at its maximum; a retain flag the
     /// broker does not support is dropped.
+    #[inline(always)]
     pub(super) fn publish(
         &mut self,
         topic: &str,
@@ -273,11 +278,25 @@ impl<'a> Engine<'a> {
         qos: QoS,
         retain: bool,
     ) -> Result<(), PubError> {
+        self.publish_with(topic, payload, qos, retain, &[])
+    }
+
+    /// [`Self::publish`] with `props` as the PUBLISH's properties
+    /// (fewer than 128 bytes).
+    fn publish_with(
+        &mut self,
+        topic: &str,
+        payload: &[u8],
+        qos: QoS,
+        retain: bool,
+        props: &[u8],
+    ) -> Result<(), PubError> {
         let q = (qos as u8).min(self.c.max_qos);
         if q > 0 && self.out.in_flight >= self.c.window {
             return Err(PubError::Busy);
         }
-        let remaining = 2 + topic.len() + if q > 0 { 2 } else { 0 } + 1 + payload.len();
+        let remaining =
+            2 + topic.len() + if q > 0 { 2 } else { 0 } + 1 + props.len() + payload.len();
         let len = packet_len(remaining);
         if topic.len() > usize::from(u16::MAX) || remaining > VARINT_MAX || len > self.c.max_packet
         {
@@ -302,7 +321,8 @@ impl<'a> Engine<'a> {
             if q > 0 {
                 w.u16(id)?;
             }
-            w.u8(0)?;
+            w.u8(props.len() as u8)?;
+            w.bytes(props)?;
             w.bytes(payload)
         })();
         let state = match q {
@@ -637,6 +657,7 @@ impl crate::engine::Engine for Engine<'_> {
         self.c.birth = self.next();
         self.c.reopen = self.settings.reopen;
         self.c.tick = now;
+        self.tracked.forget(&mut self.out);
         self.out.open();
         if let Err(cause) = self.queue_connect() {
             self.fail(cause);
@@ -674,6 +695,43 @@ impl crate::engine::Engine for Engine<'_> {
                 Offer::TooLarge
             }
         }
+    }
+
+    const TRACKS: bool = true;
+
+    /// At QoS 1 at least (a backlog waits for the PUBACK), with the
+    /// `aimdb-id` user property; busy while [`tracked::TRACK`] are in
+    /// flight. A broker whose maximum QoS is 0 acknowledges nothing: the
+    /// message counts as delivered once queued.
+    fn offer_tracked(&mut self, m: &Message<'_>, id: Id, now: Instant) -> Offer {
+        if self.tracked.full() {
+            return Offer::Busy;
+        }
+        let mut prop = [0u8; tracked::PROPERTY_MAX];
+        let n = tracked::property(id, &mut prop);
+        let qos = if m.qos == QoS::AtMostOnce {
+            QoS::AtLeastOnce
+        } else {
+            m.qos
+        };
+        let pid = self.out.next_id();
+        match self.publish_with(m.topic, m.payload, qos, m.retain, &prop[..n]) {
+            Ok(()) => {
+                bump(&self.counters.sent, 1);
+                self.tracked.push(pid, self.c.max_qos == 0);
+                self.liveness(false, now);
+                Offer::Accepted
+            }
+            Err(PubError::Busy) => Offer::Busy,
+            Err(PubError::TooLarge) => {
+                bump(&self.counters.dropped, 1);
+                Offer::TooLarge
+            }
+        }
+    }
+
+    fn delivered(&mut self) -> Delivery {
+        self.tracked.take()
     }
 
     #[inline(always)]

@@ -167,6 +167,7 @@ mod packet;
 mod tests;
 #[cfg(feature = "tls")]
 mod tls;
+mod tracked;
 mod wire;
 
 use core::fmt;
@@ -184,6 +185,7 @@ pub use tls::{
 /// [`rustls::ClientConfig`].
 #[cfg(feature = "tls")]
 pub use tokio_rustls::rustls;
+pub use tracked::{parse_id, ID_PROPERTY};
 
 use aimdb_core::connector::{FrameSink, MessageSource};
 use aimdb_core::presence::LinkState;

@@ -335,3 +335,72 @@ fn a_connect_waiting_in_tx_goes_out_whole_before_anything_is_read() {
     assert_eq!(got.payloads, [b"1".to_vec()]);
     assert_eq!(drain(&mut e), [0x40, 0x02, 0x00, 9], "the PUBACK after it");
 }
+
+#[test]
+fn tracked_publishes_carry_their_id_and_report_acks_from_the_oldest() {
+    use crate::engine::{Delivery, Id};
+    let counters = Counters::new();
+    let (mut rx, mut tx) = ([0u8; 64], [0u8; 512]);
+    // A session that resumes: a resumed broker would let the engine send
+    // what was in flight again itself, yet tracked publishes still leave.
+    let mut e = Engine::with_settings(settings(60), &mut rx, &mut tx, &counters);
+    let mut got = Got::default();
+    connect(&mut e, &CONNACK, &mut got);
+    for seq in 0..3 {
+        let id = Id { boot: 4, seq };
+        // QoS 0 routes go at QoS 1: a backlog waits for the PUBACK.
+        let m = message(b"v", QoS::AtMostOnce);
+        assert_eq!(e.offer_tracked(&m, id, T0), Offer::Accepted);
+    }
+    let out = drain(&mut e);
+    // PUBLISH QoS 1, topic "t", packet id 1, properties: aimdb-id "4:0".
+    let mut first = std::vec![0x32, 2 + 1 + 2 + 1 + 16 + 1];
+    first.extend_from_slice(&[0, 1, b't', 0, 1, 16, 0x26, 0, 8]);
+    first.extend_from_slice(b"aimdb-id");
+    first.extend_from_slice(&[0, 3, b'4', b':', b'0', b'v']);
+    assert_eq!(&out[..first.len()], &first[..]);
+    assert_eq!(out.len(), 3 * first.len());
+    // Acks 2 then 1: both count, the oldest first; 3 stays owed.
+    feed(&mut e, &[0x40, 2, 0, 2], 4, &mut got);
+    assert_eq!(
+        e.delivered(),
+        Delivery {
+            acked: 0,
+            lost: false
+        }
+    );
+    feed(&mut e, &[0x40, 2, 0, 1], 4, &mut got);
+    assert_eq!(
+        e.delivered(),
+        Delivery {
+            acked: 2,
+            lost: false
+        }
+    );
+    // The connection drops; the next one resumes the session. The engine
+    // does not send 3 again itself: the backlog offers it (lost).
+    e.end(IoEnd::Closed);
+    connect(&mut e, &CONNACK_RESUMED, &mut got);
+    assert_eq!(
+        e.delivered(),
+        Delivery {
+            acked: 0,
+            lost: true
+        }
+    );
+    assert!(
+        drain(&mut e).is_empty(),
+        "publish 3 is not sent again by the engine"
+    );
+    assert_eq!(e.delivered(), Delivery::default());
+    // An untracked QoS 1 publish in flight across the same drop is resent
+    // (DUP) as before.
+    assert_eq!(
+        e.offer(&message(b"u", QoS::AtLeastOnce), T0),
+        Offer::Accepted
+    );
+    drain(&mut e);
+    e.end(IoEnd::Closed);
+    connect(&mut e, &CONNACK_RESUMED, &mut got);
+    assert_eq!(drain(&mut e)[0], 0x3a, "QoS 1 with DUP");
+}

@@ -295,6 +295,7 @@ impl Engine<'_> {
         match kind {
             PUBACK => {
                 out.release(out.find(id, AWAIT_PUBACK).ok_or(Cause::Protocol)?);
+                self.tracked.ack(id);
                 self.counters.ack();
             }
             PUBREC => {
@@ -302,6 +303,7 @@ impl Engine<'_> {
                     if reason >= 0x80 {
                         // The broker refused it: the exchange ends here.
                         out.release(at);
+                        self.tracked.ack(id);
                         self.counters.ack();
                         return Ok(());
                     }
@@ -313,6 +315,7 @@ impl Engine<'_> {
             }
             PUBCOMP => {
                 out.release(out.find(id, AWAIT_PUBCOMP).ok_or(Cause::Protocol)?);
+                self.tracked.ack(id);
                 self.counters.ack();
             }
             // PUBREL: the inbound QoS 2 exchange ends (and is answered even
