@@ -240,6 +240,7 @@ pub(crate) use counted;
 pub mod backlog;
 pub mod clock;
 pub mod connect;
+pub mod durable;
 #[cfg(feature = "embassy-net")]
 pub mod embassy_net;
 pub mod engine;

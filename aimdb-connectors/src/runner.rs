@@ -49,6 +49,7 @@ use portable_atomic::{AtomicBool, Ordering};
 
 use crate::clock::{Clock, Instant};
 use crate::connect::{Connect, Connection};
+use crate::durable::Durable;
 use crate::engine::{Engine, Failure, IoEnd, Offer};
 use crate::reconnect::{Backoff, Reconnect, Stopped};
 
@@ -268,7 +269,7 @@ impl<'l> Runner<'l> {
             close_for: Duration::ZERO,
             counted: false,
         };
-        match self.connection(d, (rx, tx), limits, stop).await {
+        match self.connection(d, &mut (), (rx, tx), limits, stop).await {
             Outcome::Ended { end, .. } => {
                 self.ended(d.engine, end);
                 end
@@ -299,6 +300,42 @@ impl<'l> Runner<'l> {
         C: Connect,
         F: Future<Output = ()>,
     {
+        self.run_durable(d, &mut (), connect, settings, stop).await
+    }
+
+    /// As [`Self::run`], with a durable backlog: the values of its routes
+    /// are stored as they come, connected or not, offered from storage
+    /// oldest first, and removed once the engine reports them delivered
+    /// ([`crate::durable`]). The engine must track delivery
+    /// ([`Engine::TRACKS`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Self::run`]; a store or removal under way when the future is
+    /// dropped happened or did not, as after a power cut.
+    pub async fn run_durable<E, K, S, M, D, C, F>(
+        &mut self,
+        d: &mut Drive<'_, E, K, S, M>,
+        durable: &mut D,
+        connect: &mut C,
+        settings: &Settings,
+        stop: F,
+    ) -> Stopped
+    where
+        E: Engine,
+        K: Clock,
+        S: FrameSink + ?Sized,
+        M: MessageSource + ?Sized,
+        D: Durable,
+        C: Connect,
+        F: Future<Output = ()>,
+    {
+        const {
+            assert!(
+                E::TRACKS || !D::ON,
+                "a durable backlog needs an engine that tracks delivery"
+            )
+        };
         let mut stop = pin!(stop);
         // Failed attempts since the last connection that came up.
         let mut failures = 0u32;
@@ -306,10 +343,14 @@ impl<'l> Runner<'l> {
             let seq = d.engine.next_seq().unwrap_or(self.link.seq());
             self.link.set(LinkState::connecting(seq));
             let open_until = settings.connect_timeout.map(|t| d.clock.now() + t);
-            let opened = select3(
-                connect.connect(),
-                d.clock.sleep_until(open_until.unwrap_or(Instant::MAX)),
-                stop.as_mut(),
+            let opened = keeping(
+                select3(
+                    connect.connect(),
+                    d.clock.sleep_until(open_until.unwrap_or(Instant::MAX)),
+                    stop.as_mut(),
+                ),
+                durable,
+                d.clock,
             )
             .await;
             let failure = match opened {
@@ -321,7 +362,7 @@ impl<'l> Runner<'l> {
                         counted: true,
                     };
                     match self
-                        .connection(d, conn.split(), limits, stop.as_mut())
+                        .connection(d, durable, conn.split(), limits, stop.as_mut())
                         .await
                     {
                         Outcome::Reopen => continue,
@@ -339,8 +380,13 @@ impl<'l> Runner<'l> {
                             if !settings.reconnect.allows(0) {
                                 return Stopped::Disconnected;
                             }
-                            if Self::backoff(d.clock, settings.backoff.delay(1), stop.as_mut())
-                                .await
+                            let wait = settings.backoff.delay(1);
+                            if keeping(
+                                Self::backoff(d.clock, wait, stop.as_mut()),
+                                durable,
+                                d.clock,
+                            )
+                            .await
                             {
                                 return self.stopped(d.engine);
                             }
@@ -361,7 +407,13 @@ impl<'l> Runner<'l> {
                 return Stopped::ConnectFailed(failures);
             }
             let wait = settings.backoff.delay(failures.saturating_add(1));
-            if Self::backoff(d.clock, wait, stop.as_mut()).await {
+            if keeping(
+                Self::backoff(d.clock, wait, stop.as_mut()),
+                durable,
+                d.clock,
+            )
+            .await
+            {
                 return self.stopped(d.engine);
             }
         }
@@ -489,9 +541,10 @@ impl<'l> Runner<'l> {
     }
 
     /// Drives one open connection until it ends.
-    async fn connection<E, K, S, M, R, W, F>(
+    async fn connection<E, K, S, M, D, R, W, F>(
         &mut self,
         d: &mut Drive<'_, E, K, S, M>,
+        durable: &mut D,
         (mut rx, mut tx): (R, W),
         limits: Limits,
         mut stop: Pin<&mut F>,
@@ -501,6 +554,7 @@ impl<'l> Runner<'l> {
         K: Clock,
         S: FrameSink + ?Sized,
         M: MessageSource + ?Sized,
+        D: Durable,
         R: Read,
         W: Write,
         F: Future<Output = ()>,
@@ -538,6 +592,10 @@ impl<'l> Runner<'l> {
             if d.engine.pending() {
                 d.engine.received(0, now, d.sink);
             }
+            if D::ON {
+                self.durable_round(d, durable, st.closing.is_some(), now)
+                    .await;
+            }
             // Offering and writing never wait: one poll of the task.
             let wrote = poll_fn(|cx| {
                 if st.closing.is_none() {
@@ -560,11 +618,49 @@ impl<'l> Runner<'l> {
             }
             let wake = st.wake(d.engine, &limits);
             let ev = self
-                .wait(d, (&mut rx, &mut tx), &mut st, wake, stop.as_mut())
+                .wait(d, durable, (&mut rx, &mut tx), &mut st, wake, stop.as_mut())
                 .await;
             now = d.clock.now();
             if let Some(o) = self.handle(d, ev, &mut st, &limits, now) {
                 return o;
+            }
+        }
+    }
+
+    /// The backlog's part of a round: what the engine reports delivered is
+    /// removed, what the durable routes have ready is stored, and stored
+    /// values go to the engine while it takes them (not while closing).
+    async fn durable_round<E, K, S, M, D>(
+        &mut self,
+        d: &mut Drive<'_, E, K, S, M>,
+        durable: &mut D,
+        closing: bool,
+        now: Instant,
+    ) where
+        E: Engine,
+        S: ?Sized,
+        M: ?Sized,
+        D: Durable,
+    {
+        let delivery = d.engine.delivered();
+        if delivery.acked > 0 || delivery.lost {
+            durable.settle(delivery, now).await;
+        }
+        durable.store(now).await;
+        for _ in 0..BURST {
+            if closing || !d.engine.accepting() {
+                return;
+            }
+            let Some((m, id)) = durable.next().await else {
+                return;
+            };
+            match d.engine.offer_tracked(&m, id, now) {
+                Offer::Accepted => {
+                    durable.sent();
+                    self.gather(d.engine, now);
+                }
+                Offer::Busy => return,
+                Offer::TooLarge => durable.discard(now).await,
             }
         }
     }
@@ -665,9 +761,10 @@ impl<'l> Runner<'l> {
     /// operation and returns all that completed; after a wake-up, the
     /// first that completed (the ready source, then the read, then the
     /// rest).
-    async fn wait<E, K, S, M, R, W, F>(
+    async fn wait<E, K, S, M, D, R, W, F>(
         &mut self,
         d: &mut Drive<'_, E, K, S, M>,
+        durable: &mut D,
         (rx, tx): (&mut R, &mut W),
         st: &mut Conn,
         wake: Instant,
@@ -678,6 +775,7 @@ impl<'l> Runner<'l> {
         K: Clock,
         S: ?Sized,
         M: MessageSource + ?Sized,
+        D: Durable,
         R: Read,
         W: Write,
         F: Future<Output = ()>,
@@ -738,6 +836,10 @@ impl<'l> Runner<'l> {
                 .is_some_and(|f| f.poll(cx).is_ready());
             if let Some(s) = stop.as_mut() {
                 ev.stop = s.as_mut().poll(cx).is_ready();
+            }
+            // A durable value to store: the round after this stores it.
+            if D::ON && durable.poll_ready(cx).is_ready() {
+                return Poll::Ready(ev);
             }
             if ev.any() {
                 Poll::Ready(ev)
@@ -865,6 +967,28 @@ impl Events {
             || self.timer
             || self.ready.is_some()
             || self.stop
+    }
+}
+
+/// Runs `f`, storing the durable routes' values meanwhile (between
+/// connections, while connecting, during a backoff).
+async fn keeping<T, D: Durable, K: Clock>(
+    f: impl Future<Output = T>,
+    durable: &mut D,
+    clock: &K,
+) -> T {
+    if !D::ON {
+        return f.await;
+    }
+    let keep = async {
+        loop {
+            poll_fn(|cx| durable.poll_ready(cx)).await;
+            durable.store(clock.now()).await;
+        }
+    };
+    match select(f, keep).await {
+        Either::First(v) => v,
+        Either::Second(never) => never,
     }
 }
 

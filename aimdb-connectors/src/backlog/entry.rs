@@ -55,10 +55,10 @@ pub struct Entry<'b> {
     pub urgent: bool,
 }
 
-impl Entry<'_> {
+impl<'b> Entry<'b> {
     /// The entry as an outbound message (no lag: a backlog loses nothing
     /// it took).
-    pub fn message(&self) -> Message<'_> {
+    pub fn message(&self) -> Message<'b> {
         Message {
             route: self.route as usize,
             topic: self.topic,

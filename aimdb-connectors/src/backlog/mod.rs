@@ -34,6 +34,7 @@
 //! page erases one page. Host processes use the same queue over a file
 //! ([`FileFlash`], feature `std`).
 
+mod durable;
 mod entry;
 #[cfg(feature = "std")]
 mod file;
@@ -48,6 +49,7 @@ use embedded_storage_async::nor_flash::MultiwriteNorFlash;
 use sequential_storage::cache::CacheImpl;
 use sequential_storage::queue::{QueueConfig, QueueStorage};
 
+pub use durable::Durable;
 pub use entry::{Entry, Stamp, HEAD};
 #[cfg(feature = "std")]
 pub use file::FileFlash;
@@ -106,6 +108,7 @@ pub enum Full {
 
 /// Why a backlog operation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum Error {
     /// The flash failed.
@@ -359,6 +362,38 @@ impl<'c, F: MultiwriteNorFlash, C: CacheImpl<()>> Backlog<'c, F, C> {
         entry::decode(&buf[..len])
             .map(Some)
             .map_err(|_| Error::Corrupted)
+    }
+
+    /// Removes the value [`Self::next`] returned: the engine can never
+    /// take it (larger than it sends). Counted as `too_large`.
+    pub async fn discard(&mut self, now: Instant, buf: &mut [u8]) -> Result<(), Error> {
+        if !self.has_unsent() {
+            return Ok(());
+        }
+        let len = {
+            let mut it = self.queue.iter().await.map_err(map)?;
+            let mut i = 0;
+            loop {
+                let Some(e) = it.next(&mut *buf).await.map_err(map)? else {
+                    return Err(Error::Corrupted);
+                };
+                if i == self.sent {
+                    let len = e.len() as u32;
+                    e.pop().await.map_err(map)?;
+                    break len;
+                }
+                i += 1;
+            }
+        };
+        self.depth -= 1;
+        self.bytes -= len;
+        if self.sent == 0 {
+            self.oldest = None;
+        }
+        aimdb_core::counters::bump(&self.counters.too_large, 1);
+        self.behind(now);
+        self.publish();
+        Ok(())
     }
 
     /// The value [`Self::next`] returned was taken by the engine.

@@ -578,6 +578,29 @@ impl<'a, C: Connect, K: Clock> Mqtt<'a, C, K> {
         M: MessageSource + ?Sized,
         F: core::future::Future<Output = ()>,
     {
+        self.run_durable(sink, source, &mut (), stop).await
+    }
+
+    /// As [`Self::run_until`], with durable routes beside `source`: their
+    /// values are stored in a backlog (flash, or a file on hosts) as they
+    /// come, connected or not, published from it oldest first at QoS 1
+    /// at least with the `aimdb-id` user property ([`ID_PROPERTY`]), and
+    /// removed once the broker acknowledged them — so a broker outage
+    /// longer than a record's ring, or a reboot, loses none of them
+    /// (`backlog::Durable`, feature `backlog`).
+    pub async fn run_durable<S, M, D, F>(
+        &mut self,
+        sink: &mut S,
+        source: &mut M,
+        durable: &mut D,
+        stop: F,
+    ) -> Stopped
+    where
+        S: FrameSink + ?Sized,
+        M: MessageSource + ?Sized,
+        D: crate::durable::Durable,
+        F: core::future::Future<Output = ()>,
+    {
         let settings = Settings {
             reconnect: self.config.reconnect,
             backoff: self.config.backoff,
@@ -591,7 +614,7 @@ impl<'a, C: Connect, K: Clock> Mqtt<'a, C, K> {
             source,
         };
         self.runner
-            .run(&mut d, &mut self.connect, &settings, stop)
+            .run_durable(&mut d, durable, &mut self.connect, &settings, stop)
             .await
     }
 }

@@ -432,7 +432,9 @@ impl Sub {
         Self::spawn(broker, &args, id, filter, &["-q", "1", "-F", "%t %p"]).await
     }
 
-    async fn spawn(
+    /// A `mosquitto_sub` of client `id` on `filter` with `options` (QoS,
+    /// output format, protocol version, persistence).
+    pub async fn spawn(
         broker: &Broker,
         args: &ClientArgs,
         id: &str,
