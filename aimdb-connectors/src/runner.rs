@@ -343,16 +343,17 @@ impl<'l> Runner<'l> {
             let seq = d.engine.next_seq().unwrap_or(self.link.seq());
             self.link.set(LinkState::connecting(seq));
             let open_until = settings.connect_timeout.map(|t| d.clock.now() + t);
-            let opened = keeping(
-                select3(
-                    connect.connect(),
-                    d.clock.sleep_until(open_until.unwrap_or(Instant::MAX)),
-                    stop.as_mut(),
-                ),
-                durable,
-                d.clock,
-            )
-            .await;
+            let opening = select3(
+                connect.connect(),
+                d.clock.sleep_until(open_until.unwrap_or(Instant::MAX)),
+                stop.as_mut(),
+            );
+            // Without a backlog, exactly the wait it always was.
+            let opened = if D::ON {
+                keeping(opening, durable, d.clock).await
+            } else {
+                opening.await
+            };
             let failure = match opened {
                 Either3::First(Ok(mut conn)) => {
                     d.engine.open(d.clock.now());
@@ -381,13 +382,7 @@ impl<'l> Runner<'l> {
                                 return Stopped::Disconnected;
                             }
                             let wait = settings.backoff.delay(1);
-                            if keeping(
-                                Self::backoff(d.clock, wait, stop.as_mut()),
-                                durable,
-                                d.clock,
-                            )
-                            .await
-                            {
+                            if Self::backoff(d.clock, wait, stop.as_mut(), durable).await {
                                 return self.stopped(d.engine);
                             }
                             continue;
@@ -407,29 +402,28 @@ impl<'l> Runner<'l> {
                 return Stopped::ConnectFailed(failures);
             }
             let wait = settings.backoff.delay(failures.saturating_add(1));
-            if keeping(
-                Self::backoff(d.clock, wait, stop.as_mut()),
-                durable,
-                d.clock,
-            )
-            .await
-            {
+            if Self::backoff(d.clock, wait, stop.as_mut(), durable).await {
                 return self.stopped(d.engine);
             }
         }
     }
 
-    /// Waits `wait`; `true` if `stop` completed first.
-    async fn backoff<K: Clock, F: Future<Output = ()>>(
+    /// Waits `wait` (storing durable values meanwhile); `true` if `stop`
+    /// completed first.
+    async fn backoff<K: Clock, F: Future<Output = ()>, D: Durable>(
         clock: &K,
         wait: Duration,
         stop: Pin<&mut F>,
+        durable: &mut D,
     ) -> bool {
         let until = clock.now() + wait;
-        matches!(
-            select(clock.sleep_until(until), stop).await,
-            Either::Second(())
-        )
+        let waiting = select(clock.sleep_until(until), stop);
+        let waited = if D::ON {
+            keeping(waiting, durable, clock).await
+        } else {
+            waiting.await
+        };
+        matches!(waited, Either::Second(()))
     }
 
     /// A connection ended: `offline` with its cause, if it reports one.
@@ -596,6 +590,7 @@ impl<'l> Runner<'l> {
                 self.durable_round(d, durable, st.closing.is_some(), now)
                     .await;
             }
+
             // Offering and writing never wait: one poll of the task.
             let wrote = poll_fn(|cx| {
                 if st.closing.is_none() {
@@ -642,6 +637,10 @@ impl<'l> Runner<'l> {
         M: ?Sized,
         D: Durable,
     {
+        if !D::ON {
+            // Nothing of the round is compiled in without a backlog.
+            return;
+        }
         let delivery = d.engine.delivered();
         if delivery.acked > 0 || delivery.lost {
             durable.settle(delivery, now).await;
@@ -977,9 +976,6 @@ async fn keeping<T, D: Durable, K: Clock>(
     durable: &mut D,
     clock: &K,
 ) -> T {
-    if !D::ON {
-        return f.await;
-    }
     let keep = async {
         loop {
             poll_fn(|cx| durable.poll_ready(cx)).await;

@@ -21,7 +21,7 @@ const PAGES: u32 = 16;
 /// What a host keeps in RAM to make each call cheap: the state of every
 /// page and where its items are.
 type Cached = Cache<ArrayPageStates<16>, ArrayPagePointers<16>, Uncached>;
-const RANGE: core::ops::Range<u32> = 0..PAGES * FileFlash::PAGE as u32;
+const RANGE: core::ops::Range<u32> = 0..PAGES * <FileFlash>::PAGE as u32;
 
 fn msg(payload: &[u8]) -> Message<'_> {
     Message {

@@ -60,14 +60,14 @@ fn config() -> Config<'static> {
 /// One boot of the device: its backlog opened from `file`, its
 /// connector run until the future is dropped (the reboot).
 async fn device(port: u16, file: &std::path::Path, boot: u32, counters: &backlog::Counters) {
-    let flash = FileFlash::open(file, PAGES).expect("the backlog file");
+    let flash = <FileFlash>::open(file, PAGES).expect("the backlog file");
     let mut buf = [0u8; 64];
     let cache = Cache::new(
         ArrayPageStates::<16>::new(),
         ArrayPagePointers::<16>::new(),
         Uncached,
     );
-    let range = 0..PAGES * FileFlash::PAGE as u32;
+    let range = 0..PAGES * <FileFlash>::PAGE as u32;
     let mut backlog = Backlog::open(
         flash,
         range,

@@ -17,11 +17,12 @@ use embedded_storage_async::nor_flash::{
     ErrorType, MultiwriteNorFlash, NorFlash, NorFlashError, NorFlashErrorKind, ReadNorFlash,
 };
 
-/// A file of `pages` × [`FileFlash::PAGE`] bytes as NOR flash: erased
-/// bytes read `0xff`, a write can only clear bits (the AND of old and
-/// new, as [`MultiwriteNorFlash`] promises).
+/// A file of `pages` × `PAGE` bytes as NOR flash: erased bytes read
+/// `0xff`, a write can only clear bits (the AND of old and new, as
+/// [`MultiwriteNorFlash`] promises). `PAGE` is the erase size (4 KiB by
+/// default; a device's page size to read its flash image on a host).
 #[derive(Debug)]
-pub struct FileFlash {
+pub struct FileFlash<const PAGE: usize = 4096> {
     file: File,
     capacity: u32,
     sync: bool,
@@ -43,9 +44,9 @@ impl From<io::Error> for FileError {
     }
 }
 
-impl FileFlash {
+impl<const PAGE: usize> FileFlash<PAGE> {
     /// Bytes per erase page.
-    pub const PAGE: usize = 4096;
+    pub const PAGE: usize = PAGE;
 
     /// Opens (or creates, erased) the file at `path` with `pages` pages.
     /// A file of another length is refused.
@@ -98,11 +99,11 @@ impl FileFlash {
     }
 }
 
-impl ErrorType for FileFlash {
+impl<const PAGE: usize> ErrorType for FileFlash<PAGE> {
     type Error = FileError;
 }
 
-impl ReadNorFlash for FileFlash {
+impl<const PAGE: usize> ReadNorFlash for FileFlash<PAGE> {
     const READ_SIZE: usize = 1;
 
     async fn read(&mut self, offset: u32, bytes: &mut [u8]) -> Result<(), FileError> {
@@ -116,9 +117,9 @@ impl ReadNorFlash for FileFlash {
     }
 }
 
-impl NorFlash for FileFlash {
+impl<const PAGE: usize> NorFlash for FileFlash<PAGE> {
     const WRITE_SIZE: usize = 4;
-    const ERASE_SIZE: usize = Self::PAGE;
+    const ERASE_SIZE: usize = PAGE;
 
     async fn erase(&mut self, from: u32, to: u32) -> Result<(), FileError> {
         let aligned = |a: u32| (a as usize).is_multiple_of(Self::PAGE);
@@ -126,8 +127,8 @@ impl NorFlash for FileFlash {
             return Err(FileError(NorFlashErrorKind::NotAligned));
         }
         self.check(from, (to - from) as usize)?;
-        let erased = [0xffu8; Self::PAGE];
-        for page in (from..to).step_by(Self::PAGE) {
+        let erased = [0xffu8; PAGE];
+        for page in (from..to).step_by(PAGE) {
             self.file.write_all_at(&erased, u64::from(page))?;
         }
         self.flushed()
@@ -154,4 +155,4 @@ impl NorFlash for FileFlash {
     }
 }
 
-impl MultiwriteNorFlash for FileFlash {}
+impl<const PAGE: usize> MultiwriteNorFlash for FileFlash<PAGE> {}

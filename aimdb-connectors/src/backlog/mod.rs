@@ -472,13 +472,17 @@ fn millis(now: Instant) -> u32 {
 /// (whole erase pages, apart from any backlog's): one more than the
 /// largest stored, stored before the older ones are removed, so a power
 /// cut at any point never hands out a sequence twice.
+///
+/// Its writes and erases count in `counters` (a backlog's: the same
+/// flash wears).
 pub async fn next_boot<F: MultiwriteNorFlash, C: CacheImpl<()>>(
     flash: F,
     range: Range<u32>,
     cache: C,
+    counters: &Counters,
 ) -> Result<u32, Error> {
-    let config = QueueConfig::<F>::try_new(range).map_err(|_| Error::Config)?;
-    let mut q = QueueStorage::new(flash, config, cache);
+    let config = QueueConfig::<Metered<'_, F>>::try_new(range).map_err(|_| Error::Config)?;
+    let mut q = QueueStorage::new(Metered::new(flash, counters), config, cache);
     let mut buf = [0u8; 4];
     let mut last = None::<u32>;
     let mut it = q.iter().await.map_err(map)?;

@@ -394,6 +394,7 @@ fn drop_oldest_keeps_the_newest_and_acks_of_dropped_values_remove_nothing() {
 #[test]
 fn the_boot_counter_grows_across_boots_and_cuts() {
     let mut flash = CutFlash::new(None);
+    let counters = Counters::new();
     let mut seen = Vec::new();
     for _ in 0..40 {
         seen.push(
@@ -401,6 +402,7 @@ fn the_boot_counter_grows_across_boots_and_cuts() {
                 &mut flash,
                 0..(2 * PAGE) as u32,
                 Cache::new_uncached(),
+                &counters,
             ))
             .unwrap(),
         );
@@ -415,6 +417,7 @@ fn the_boot_counter_grows_across_boots_and_cuts() {
             &mut f,
             0..(2 * PAGE) as u32,
             Cache::new_uncached(),
+            &counters,
         ));
         let handed = r.ok();
         let mut f = f.reboot();
@@ -422,6 +425,7 @@ fn the_boot_counter_grows_across_boots_and_cuts() {
             &mut f,
             0..(2 * PAGE) as u32,
             Cache::new_uncached(),
+            &counters,
         ))
         .unwrap();
         assert!(after >= 40, "cut {cut}: {after}");

@@ -25,11 +25,11 @@ use aimdb_connectors::reconnect::Reconnect;
 use aimdb_core::codec::Postcard;
 use aimdb_core::inbound;
 use aimdb_core::inbound::Dispatch;
-use aimdb_core::presence::LinkState;
-use aimdb_core::remote::{Connector, Description, ManifestJson, Responder};
 use aimdb_core::outbound;
 use aimdb_core::outbound::Routes;
+use aimdb_core::presence::LinkState;
 use aimdb_core::record::{Latest, Mailbox, Record, Ring};
+use aimdb_core::remote::{Connector, Description, ManifestJson, Responder};
 use aimdb_core::sync::Readiness;
 use device_protocol::{topics, Command, LinkStats, Reading, Status};
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
@@ -37,7 +37,8 @@ use embassy_time::Timer;
 use embedded_io_async::{Read, Write};
 
 /// Readings not yet sent; a burst longer than this is reported as lag.
-pub const READINGS_DEPTH: usize = 32;
+/// With a backlog each reading is stored as it comes: a few suffice.
+pub const READINGS_DEPTH: usize = if cfg!(feature = "backlog") { 4 } else { 32 };
 
 /// Sensor readings, oldest first. Two readers: the connector's route and
 /// a remote watch.
@@ -142,7 +143,8 @@ pub async fn connector<R: Read, W: Write>(rx: R, tx: W, config: framed::Config) 
     };
     let dispatch = {
         let mut b = Dispatch::<2, 8>::builder();
-        b.link(topics::CMD, &CMD_IN).link(topics::REMOTE_REQ, &REMOTE);
+        b.link(topics::CMD, &CMD_IN)
+            .link(topics::REMOTE_REQ, &REMOTE);
         b.build()
     };
     let (Ok(mut routes), Ok(mut dispatch)) = (routes, dispatch) else {
@@ -212,15 +214,94 @@ pub async fn mqtt_connector<C: aimdb_connectors::Connect>(
     rx: &mut [u8],
     tx: &mut [u8],
 ) -> aimdb_connectors::reconnect::Stopped {
-    let (Ok(readings), Ok(status), Ok(link)) = (
-        READINGS.subscribe(),
-        STATUS.subscribe(),
-        LINK_STATS.subscribe(),
-    ) else {
+    let Ok(readings) = READINGS.subscribe() else {
         // As in `connector`: only one connector runs at a time.
         return aimdb_connectors::reconnect::Stopped::Disconnected;
     };
     let mut readings = outbound::Link::new(readings, topics::READINGS, Postcard);
+    mqtt_serve(connect, rx, tx, Some(&mut readings), &mut ()).await
+}
+
+/// The backlog's counters (`backlog` feature).
+#[cfg(feature = "backlog")]
+pub static BACKLOG: aimdb_connectors::backlog::Counters =
+    aimdb_connectors::backlog::Counters::new();
+
+/// Bytes of one backlog entry at most: the readings topic and a postcard
+/// [`Reading`] (two varints) after the entry's head.
+#[cfg(feature = "backlog")]
+const ENTRY_MAX: usize = aimdb_connectors::backlog::HEAD + topics::READINGS.len() + 10;
+
+/// As [`mqtt_connector`], with the readings durable: each is stored in
+/// `flash` (its whole `range`, erase pages) as it is written, published
+/// from there oldest first and removed once the broker acknowledged it,
+/// so a broker outage longer than the readings `Ring`, or a reset, loses
+/// none ([`aimdb_connectors::backlog`]). `boot` must grow at every reset
+/// (`backlog::next_boot`). A full backlog drops its oldest readings.
+#[cfg(feature = "backlog")]
+pub async fn mqtt_connector_durable<C, F>(
+    connect: C,
+    rx: &mut [u8],
+    tx: &mut [u8],
+    flash: F,
+    range: core::ops::Range<u32>,
+    boot: u32,
+) -> aimdb_connectors::reconnect::Stopped
+where
+    C: aimdb_connectors::Connect,
+    F: embedded_storage_async::nor_flash::MultiwriteNorFlash,
+{
+    use aimdb_connectors::backlog::{self, cache::Cache, Backlog, Full};
+    static DURABLE_READY: Readiness<1> = Readiness::new();
+    let mut entry = [0u8; ENTRY_MAX];
+    let opened = Backlog::open(
+        flash,
+        range,
+        Cache::new_uncached(),
+        boot,
+        Full::DropOldest,
+        &BACKLOG,
+        &mut entry,
+    )
+    .await;
+    let (Ok(mut backlog), Ok(readings)) = (opened, READINGS.subscribe()) else {
+        return aimdb_connectors::reconnect::Stopped::Disconnected;
+    };
+    let mut readings = outbound::Link::new(readings, topics::READINGS, Postcard);
+    let mut payload = [0u8; 16];
+    let mut b = Routes::<_, 1, 1>::builder(&DURABLE_READY, &mut payload);
+    b.link(&mut readings);
+    let Ok(mut durable_routes) = b.build() else {
+        return aimdb_connectors::reconnect::Stopped::Disconnected;
+    };
+    let mut durable = backlog::Durable::new(&mut backlog, &mut durable_routes, &mut entry);
+    mqtt_serve(connect, rx, tx, None::<&mut ReadingsLink>, &mut durable).await
+}
+
+/// The readings route.
+type ReadingsLink = outbound::Link<
+    aimdb_core::record::Reader<'static, Cs, Ring<Reading, READINGS_DEPTH>, 2>,
+    &'static str,
+    Postcard,
+>;
+
+/// The MQTT connector over `connect` with the device's routes (the
+/// readings among them when `readings` is given) and `durable`.
+async fn mqtt_serve<C, D, R>(
+    connect: C,
+    rx: &mut [u8],
+    tx: &mut [u8],
+    readings: Option<&mut R>,
+    durable: &mut D,
+) -> aimdb_connectors::reconnect::Stopped
+where
+    C: aimdb_connectors::Connect,
+    D: aimdb_connectors::durable::Durable,
+    R: outbound::Route + Send,
+{
+    let (Ok(status), Ok(link)) = (STATUS.subscribe(), LINK_STATS.subscribe()) else {
+        return aimdb_connectors::reconnect::Stopped::Disconnected;
+    };
     let mut status = outbound::Link::new(status, topics::STATUS, Postcard);
     // Readings and status at their kinds' QoS 1; the counters change
     // often and the next value supersedes a lost one: QoS 0.
@@ -229,17 +310,18 @@ pub async fn mqtt_connector<C: aimdb_connectors::Connect>(
         outbound::Link::new(REMOTE.requests(), topics::MQTT_REMOTE_RSP, REMOTE.answers());
     // The manifest: retained, re-published at each connection, so QoS 0
     // (it holds no TX buffer space awaiting an acknowledgement).
-    let mut manifest =
-        outbound::Link::new(REMOTE.manifest(), topics::MQTT_MANIFEST, ManifestJson)
-            .qos(QoS::AtMostOnce);
+    let mut manifest = outbound::Link::new(REMOTE.manifest(), topics::MQTT_MANIFEST, ManifestJson)
+        .qos(QoS::AtMostOnce);
     // The largest record payload is a LinkStats (seven `u32`s, at most 35
     // bytes of postcard); a remote answer is up to ANSWER_MAX, the
     // manifest MQTT_PAYLOAD_MAX.
     let mut payload = [0u8; MQTT_PAYLOAD_MAX];
     let routes = {
         let mut b = Routes::<_, 1, 5>::builder(&MQTT_READY, &mut payload);
-        b.link(&mut readings)
-            .link(&mut status)
+        if let Some(readings) = readings {
+            b.link(readings);
+        }
+        b.link(&mut status)
             .link(&mut link)
             .link(&mut answers)
             .link(&mut manifest);
@@ -265,7 +347,8 @@ pub async fn mqtt_connector<C: aimdb_connectors::Connect>(
         return aimdb_connectors::reconnect::Stopped::Disconnected;
     };
     let mut mqtt = mqtt.with_link(&MQTT_LINK);
-    mqtt.run(&mut dispatch, &mut routes).await
+    mqtt.run_durable(&mut dispatch, &mut routes, durable, core::future::pending())
+        .await
 }
 
 /// Copies [`MQTT`]'s counters into [`LINK_STATS`] when they change

@@ -17,6 +17,7 @@
 //! No heap: no allocator is linked.
 #![no_std]
 
+pub mod flash;
 pub mod host;
 pub mod measure;
 pub mod time;
