@@ -9,6 +9,7 @@ export CARGO_TERM_COLOR ?= never
 DEVICE_ELF = target-fw/thumbv7m-none-eabi/release/device
 DEVICE_MQTT_ELF = target-fw/thumbv7m-none-eabi/release/device-mqtt
 DEVICE_MQTT_TLS_ELF = target-fw/thumbv7m-none-eabi/release/device-mqtt-tls
+DEVICE_MQTT_BACKLOG_ELF = target-fw/thumbv7m-none-eabi/release/device-mqtt-backlog
 
 ## The project's main job: the device firmware under QEMU, its UART bridged
 ## by the tokio gateway to an MQTT broker (a mosquitto the gateway starts);
@@ -27,7 +28,10 @@ demo:
 ## mosquitto, checked with mosquitto_sub/mosquitto_pub across a broker
 ## restart (examples/gateway/src/bin/mqtt-device-e2e.rs), and the same
 ## with the device speaking TLS 1.3 to the broker's TLS listener (its
-## certificate checked in the firmware); then presence
+## certificate checked in the firmware); then the MQTT device with its
+## readings durable on flash through a 40 s broker outage with a device
+## reset half-way, every reading once and in order
+## (src/bin/outage-e2e.rs); then presence
 ## through the gateway: the device frozen, killed and restarted, the
 ## gateway killed, watched with mosquitto_sub; and a killed gateway's own
 ## QEMU and mosquitto ending with it (src/bin/presence-e2e.rs).
@@ -37,6 +41,7 @@ e2e:
 	$(CARGO) run --release -p gateway -- --qemu $(DEVICE_ELF) --demo --seconds 8 --min-readings 150
 	$(CARGO) run --release -p gateway --bin mqtt-device-e2e -- --qemu $(DEVICE_MQTT_ELF)
 	$(CARGO) run --release -p gateway --bin mqtt-device-e2e -- --qemu $(DEVICE_MQTT_TLS_ELF) --tls
+	$(CARGO) run --release -p gateway --bin outage-e2e -- --qemu $(DEVICE_MQTT_BACKLOG_ELF)
 	$(CARGO) build --release -p gateway --bin gateway
 	$(CARGO) run --release -p gateway --bin presence-e2e -- --qemu $(DEVICE_ELF)
 

@@ -7,11 +7,13 @@
 //! flash or a file; `()` is no backlog, and costs a connector without one
 //! nothing.
 
+use core::convert::Infallible;
+use core::future::{poll_fn, Future};
 use core::task::{Context, Poll};
 
 use aimdb_core::connector::Message;
 
-use crate::clock::Instant;
+use crate::clock::{Clock, Instant};
 use crate::engine::{Delivery, Id};
 
 /// A durable backlog with the routes that feed it, as the runner drives
@@ -40,6 +42,17 @@ pub trait Durable {
 
     /// The engine can never take it (too large): it is removed.
     async fn discard(&mut self, now: Instant);
+
+    /// Stores the durable routes' values as they come, for ever: what
+    /// the runner runs beside a connection attempt and a backoff.
+    fn keep<'a, K: Clock>(&'a mut self, clock: &'a K) -> impl Future<Output = Infallible> + 'a {
+        async move {
+            loop {
+                poll_fn(|cx| self.poll_ready(cx)).await;
+                self.store(clock.now()).await;
+            }
+        }
+    }
 }
 
 impl Durable for () {
@@ -60,6 +73,10 @@ impl Durable for () {
     fn sent(&mut self) {}
 
     async fn discard(&mut self, _now: Instant) {}
+
+    fn keep<'a, K: Clock>(&'a mut self, _clock: &'a K) -> impl Future<Output = Infallible> + 'a {
+        core::future::pending()
+    }
 }
 
 /// Drops duplicates of one node's tracked messages at a consumer, by

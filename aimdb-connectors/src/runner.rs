@@ -343,16 +343,13 @@ impl<'l> Runner<'l> {
             let seq = d.engine.next_seq().unwrap_or(self.link.seq());
             self.link.set(LinkState::connecting(seq));
             let open_until = settings.connect_timeout.map(|t| d.clock.now() + t);
-            let opening = select3(
-                connect.connect(),
-                d.clock.sleep_until(open_until.unwrap_or(Instant::MAX)),
-                stop.as_mut(),
-            );
-            // Without a backlog, exactly the wait it always was.
-            let opened = if D::ON {
-                keeping(opening, durable, d.clock).await
-            } else {
-                opening.await
+            let until = open_until.unwrap_or(Instant::MAX);
+            let opening = select3(connect.connect(), d.clock.sleep_until(until), stop.as_mut());
+            // The backlog stores meanwhile (without one, its keeper is a
+            // future that never completes and holds nothing).
+            let opened = match select(opening, durable.keep(d.clock)).await {
+                Either::First(opened) => opened,
+                Either::Second(never) => match never {},
             };
             let failure = match opened {
                 Either3::First(Ok(mut conn)) => {
@@ -418,10 +415,9 @@ impl<'l> Runner<'l> {
     ) -> bool {
         let until = clock.now() + wait;
         let waiting = select(clock.sleep_until(until), stop);
-        let waited = if D::ON {
-            keeping(waiting, durable, clock).await
-        } else {
-            waiting.await
+        let waited = match select(waiting, durable.keep(clock)).await {
+            Either::First(waited) => waited,
+            Either::Second(never) => match never {},
         };
         matches!(waited, Either::Second(()))
     }
@@ -966,25 +962,6 @@ impl Events {
             || self.timer
             || self.ready.is_some()
             || self.stop
-    }
-}
-
-/// Runs `f`, storing the durable routes' values meanwhile (between
-/// connections, while connecting, during a backoff).
-async fn keeping<T, D: Durable, K: Clock>(
-    f: impl Future<Output = T>,
-    durable: &mut D,
-    clock: &K,
-) -> T {
-    let keep = async {
-        loop {
-            poll_fn(|cx| durable.poll_ready(cx)).await;
-            durable.store(clock.now()).await;
-        }
-    };
-    match select(f, keep).await {
-        Either::First(v) => v,
-        Either::Second(never) => never,
     }
 }
 

@@ -233,9 +233,14 @@ fn smoke_fail(cpu: Cpu) -> Result<()> {
     Ok(())
 }
 
+/// The readings-durable MQTT device: a bin that needs the `backlog`
+/// feature (which also shrinks the device app's readings `Ring`).
+const BACKLOG_BUILD: [&str; 4] = ["--features", "backlog", "--bin", "device-mqtt-backlog"];
+
 fn device() -> Result<()> {
     let tc = Toolchain::select()?;
     build_firmware(&tc, "thumbv7m-none-eabi", &[])?;
+    build_firmware(&tc, "thumbv7m-none-eabi", &BACKLOG_BUILD)?;
     let elf = fw_elf("thumbv7m-none-eabi", "device");
     sizes::print(&elf, true)?;
     println!("{}", elf.display());
@@ -388,6 +393,8 @@ fn footprint() -> Result<()> {
     let dev = sizes::sizes(&fw_elf(target, "device"))?;
     let mq = sizes::sizes(&fw_elf(target, "device-mqtt"))?;
     let mq_tls = sizes::sizes(&fw_elf(target, "device-mqtt-tls"))?;
+    build_firmware(&tc, target, &BACKLOG_BUILD)?;
+    let mq_backlog = sizes::sizes(&fw_elf(target, "device-mqtt-backlog"))?;
     // The MQTT session buffers, as the device app declares them.
     let app = root().join("examples/device-app/src/lib.rs");
     let source = std::fs::read_to_string(&app).map_err(|e| format!("{}: {e}", rel(&app)))?;
@@ -439,6 +446,7 @@ fn footprint() -> Result<()> {
                 target_static_ram_bytes: mq_budget,
             },
             device_mqtt_tls: Some(FlashRam::from(&mq_tls)),
+            device_mqtt_backlog: Some(FlashRam::from(&mq_backlog)),
             footprint_probe: Probe {
                 routes_base: ROUTES_BASE,
                 base: FlashRam::from(&base),
@@ -462,6 +470,10 @@ fn footprint() -> Result<()> {
     println!(
         "device-mqtt-tls ({target}): flash {} B, static RAM {} B (TLS buffers 11,282 B included)",
         mq_tls.flash, mq_tls.ram
+    );
+    println!(
+        "device-mqtt-backlog ({target}): flash {} B, static RAM {} B (readings durable on flash, a readings Ring of 4)",
+        mq_backlog.flash, mq_backlog.ram
     );
     println!(
         "RAM per outbound route: {per_out:.1} B (target < {TARGET_RAM_PER_OUTBOUND_ROUTE}); per inbound route: {per_in:.1} B"
@@ -520,10 +532,11 @@ fn check_core() -> Result<()> {
             ("aimdb-core", &[]),
             // The connectors with MQTT (embassy-time), no std, no alloc.
             ("aimdb-connectors", &["--features", "mqtt"]),
-            // And with the embassy-net TcpConnect (smoltcp) and device TLS.
+            // And with the embassy-net TcpConnect (smoltcp), device TLS
+            // and the durable backlog (sequential-storage).
             (
                 "aimdb-connectors",
-                &["--features", "mqtt,embassy-net,embedded-tls"],
+                &["--features", "mqtt,embassy-net,embedded-tls,backlog"],
             ),
         ];
         for (package, features) in builds {

@@ -170,6 +170,10 @@ pub struct Footprint {
     /// `device-mqtt` over TLS 1.3 (embedded-tls, its buffers included).
     #[serde(default)]
     pub device_mqtt_tls: Option<FlashRam>,
+    /// `device-mqtt` with its readings through a backlog on flash
+    /// (sequential-storage; the flash driver is QEMU's host file).
+    #[serde(default)]
+    pub device_mqtt_backlog: Option<FlashRam>,
     pub footprint_probe: Probe,
     pub ram_per_outbound_route_bytes: f64,
     pub ram_per_inbound_route_bytes: f64,

@@ -219,7 +219,30 @@ pub async fn mqtt_connector<C: aimdb_connectors::Connect>(
         return aimdb_connectors::reconnect::Stopped::Disconnected;
     };
     let mut readings = outbound::Link::new(readings, topics::READINGS, Postcard);
-    mqtt_serve(connect, rx, tx, Some(&mut readings), &mut ()).await
+    let Some(mut mqtt) = mqtt_client(connect, rx, tx) else {
+        return aimdb_connectors::reconnect::Stopped::Disconnected;
+    };
+    mqtt_serve(&mut mqtt, Some(&mut readings), &mut ()).await
+}
+
+/// The MQTT client over `connect` with the session buffers given (built
+/// where it is awaited, so the connection is not moved through a second
+/// future).
+fn mqtt_client<'a, C: aimdb_connectors::Connect>(
+    connect: C,
+    rx: &'a mut [u8],
+    tx: &'a mut [u8],
+) -> Option<Mqtt<'a, C, EmbassyClock>> {
+    let parts = mqtt::Parts {
+        connect,
+        clock: EmbassyClock,
+        rx,
+        tx,
+        counters: &MQTT,
+    };
+    Mqtt::new(mqtt_config(), parts)
+        .ok()
+        .map(|m| m.with_link(&MQTT_LINK))
 }
 
 /// The backlog's counters (`backlog` feature).
@@ -275,22 +298,24 @@ where
         return aimdb_connectors::reconnect::Stopped::Disconnected;
     };
     let mut durable = backlog::Durable::new(&mut backlog, &mut durable_routes, &mut entry);
-    mqtt_serve(connect, rx, tx, None::<&mut ReadingsLink>, &mut durable).await
+    let Some(mut mqtt) = mqtt_client(connect, rx, tx) else {
+        return aimdb_connectors::reconnect::Stopped::Disconnected;
+    };
+    mqtt_serve(&mut mqtt, None::<&mut ReadingsLink>, &mut durable).await
 }
 
 /// The readings route.
+#[cfg(feature = "backlog")]
 type ReadingsLink = outbound::Link<
     aimdb_core::record::Reader<'static, Cs, Ring<Reading, READINGS_DEPTH>, 2>,
     &'static str,
     Postcard,
 >;
 
-/// The MQTT connector over `connect` with the device's routes (the
-/// readings among them when `readings` is given) and `durable`.
+/// Runs `mqtt` with the device's routes (the readings among them when
+/// `readings` is given) and `durable`.
 async fn mqtt_serve<C, D, R>(
-    connect: C,
-    rx: &mut [u8],
-    tx: &mut [u8],
+    mqtt: &mut Mqtt<'_, C, EmbassyClock>,
     readings: Option<&mut R>,
     durable: &mut D,
 ) -> aimdb_connectors::reconnect::Stopped
@@ -336,17 +361,6 @@ where
     let (Ok(mut routes), Ok(mut dispatch)) = (routes, dispatch) else {
         return aimdb_connectors::reconnect::Stopped::Disconnected;
     };
-    let parts = mqtt::Parts {
-        connect,
-        clock: EmbassyClock,
-        rx,
-        tx,
-        counters: &MQTT,
-    };
-    let Ok(mqtt) = Mqtt::new(mqtt_config(), parts) else {
-        return aimdb_connectors::reconnect::Stopped::Disconnected;
-    };
-    let mut mqtt = mqtt.with_link(&MQTT_LINK);
     mqtt.run_durable(&mut dispatch, &mut routes, durable, core::future::pending())
         .await
 }

@@ -57,6 +57,14 @@ impl Broker {
     /// sessions and queued messages), waits for it to exit, and starts it
     /// again on the same port with the same configuration.
     pub fn restart(&mut self) -> Result<(), String> {
+        self.stop()?;
+        self.resume()
+    }
+
+    /// Stops the broker with SIGTERM (a persistent broker saves its
+    /// sessions and queued messages) and waits for it to exit: an outage
+    /// until [`Broker::resume`].
+    pub fn stop(&mut self) -> Result<(), String> {
         let pid = self.child.id().to_string();
         let sent = Command::new("kill")
             .args(["-TERM", &pid])
@@ -76,6 +84,12 @@ impl Broker {
                 Err(e) => return Err(format!("waiting for mosquitto {pid}: {e}")),
             }
         }
+        Ok(())
+    }
+
+    /// Starts the stopped broker again on the same port with the same
+    /// configuration (and, with persistence, what it saved).
+    pub fn resume(&mut self) -> Result<(), String> {
         self.child = spawn(&self.exe, &self.conf)?;
         self.wait_listening()
     }

@@ -1,0 +1,315 @@
+//! Nothing lost through a long broker outage with a device reset in the
+//! middle of it (`make e2e`): the `device-mqtt-backlog` firmware under
+//! QEMU (a Cortex-M3, no heap), its readings stored in flash as they are
+//! written and removed once the broker acknowledged them; its flash is a
+//! host file (QEMU emulates no flash writes), so a QEMU killed and
+//! started again on the same file is a reset that keeps the flash.
+//!
+//! 1. The device publishes a reading every 100 ms to a mosquitto with
+//!    persistence; a persistent `mosquitto_sub` (MQTT 5, QoS 1) collects
+//!    them with their `aimdb-id` user property.
+//! 2. The broker stops (SIGTERM) for `--outage` seconds (40 by default:
+//!    100 times the span of the device's readings `Ring`, 4 readings at
+//!    10 Hz).
+//! 3. Half-way, QEMU is killed (SIGKILL) and started again on the same
+//!    flash: boot 1, RAM gone, readings counting from 0 again.
+//! 4. The broker comes back; the run waits until boot 1's readings have
+//!    caught up with the device.
+//!
+//! Checks, with the duplicates dropped by `aimdb-id`
+//! (`durable::Dedupe`): per boot, the readings seen are 0, 1, 2, … with
+//! no gap and in order; boot 0's reach at least the newest reading its
+//! flash held when it was killed (read from a copy of the flash file
+//! with the same backlog code on the host). The duplicates are reported.
+//!
+//! ```text
+//! outage-e2e --qemu device-mqtt-backlog.elf [--outage SECONDS]
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use aimdb_connectors::backlog::cache::Cache;
+use aimdb_connectors::backlog::{Backlog, Counters, FileFlash, Full};
+use aimdb_connectors::durable::Dedupe;
+use aimdb_connectors::engine::Id;
+use aimdb_connectors::mqtt::parse_id;
+use device_protocol::{topics, Reading};
+use gateway::{broker, qemu};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command as Process};
+
+/// The device's flash file: 64 pages of 1 KiB for the backlog, 2 for
+/// its boot counter (`device-mqtt-backlog`'s layout).
+const PAGE: usize = 1024;
+const BACKLOG_PAGES: u32 = 64;
+const FLASH_BYTES: usize = 66 * PAGE;
+/// Readings per second the device writes.
+const RATE: f64 = 10.0;
+/// Bound on every wait for the device or the observer.
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Args {
+    elf: PathBuf,
+    outage: u64,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut elf = None;
+    let mut outage = 40;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = || it.next().ok_or(format!("{a} needs a value"));
+        match a.as_str() {
+            "--qemu" => elf = Some(PathBuf::from(value()?)),
+            "--outage" => outage = value()?.parse().map_err(|e| format!("--outage: {e}"))?,
+            _ => return Err(format!("unknown argument {a}\n{USAGE}")),
+        }
+    }
+    Ok(Args {
+        elf: elf.ok_or(USAGE)?,
+        outage,
+    })
+}
+
+const USAGE: &str = "usage: outage-e2e --qemu FIRMWARE.elf [--outage SECONDS]";
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let started = Instant::now();
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args).await {
+        Ok(summary) => {
+            println!(
+                "outage-e2e: passed in {:.1} s: {summary}",
+                started.elapsed().as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("outage-e2e: FAIL: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A directory of the run, removed on drop.
+struct RunDir(PathBuf);
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What the observer has seen, per boot: readings in arrival order after
+/// dedupe, and the duplicates dropped.
+#[derive(Default)]
+struct Seen {
+    boots: Vec<Vec<u32>>,
+    duplicates: u32,
+    dedupe: Dedupe,
+}
+
+impl Seen {
+    fn add(&mut self, id: Id, reading: Reading) {
+        if !self.dedupe.first(id) {
+            self.duplicates += 1;
+            return;
+        }
+        let b = id.boot as usize;
+        if self.boots.len() <= b {
+            self.boots.resize(b + 1, Vec::new());
+        }
+        self.boots[b].push(reading.seq);
+    }
+
+    fn last(&self, boot: usize) -> Option<u32> {
+        self.boots.get(boot).and_then(|r| r.last().copied())
+    }
+}
+
+/// `mosquitto_sub` on the readings, MQTT 5, a persistent session.
+struct Observer {
+    child: Child,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    seen: Seen,
+}
+
+impl Observer {
+    fn start(port: u16) -> Result<Self, String> {
+        let mut child = Process::new("mosquitto_sub")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-V", "5", "-c", "-i", "outage-observer", "-q", "1"])
+            .args(["-t", topics::READINGS, "-F", "%P|%x"])
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start mosquitto_sub: {e}"))?;
+        let out = child.stdout.take().ok_or("no observer output")?;
+        Ok(Self {
+            child,
+            lines: BufReader::new(out).lines(),
+            seen: Seen::default(),
+        })
+    }
+
+    /// Reads lines until `done` holds; fails after [`WAIT`].
+    async fn until(&mut self, what: &str, done: impl Fn(&Seen) -> bool) -> Result<(), String> {
+        let deadline = Instant::now() + WAIT;
+        while !done(&self.seen) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match tokio::time::timeout(left, self.lines.next_line()).await {
+                Ok(Ok(Some(l))) => l,
+                Ok(other) => return Err(format!("mosquitto_sub ended: {other:?}")),
+                Err(_) => return Err(format!("no {what} within {WAIT:?}")),
+            };
+            let (id, reading) = parse(&line)?;
+            self.seen.add(id, reading);
+        }
+        Ok(())
+    }
+}
+
+/// `aimdb-id:B:S|hex` into the id and the reading.
+fn parse(line: &str) -> Result<(Id, Reading), String> {
+    let (props, hex) = line.split_once('|').ok_or(format!("odd line {line:?}"))?;
+    let id = props
+        .strip_prefix("aimdb-id:")
+        .and_then(parse_id)
+        .ok_or(format!("no aimdb-id in {line:?}"))?;
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{line:?}: {e}"))?;
+    let reading = postcard::from_bytes(&bytes).map_err(|e| format!("{line:?}: {e}"))?;
+    Ok((id, reading))
+}
+
+/// The newest reading of `boot` in a copy of the device's flash (read
+/// with the backlog code the device runs, over the file).
+fn newest_in_flash(flash: &Path, boot: u32) -> Result<Option<u32>, String> {
+    let copy = flash.with_extension("inspect");
+    std::fs::copy(flash, &copy).map_err(|e| format!("copying the flash: {e}"))?;
+    let file = FileFlash::<PAGE>::open(&copy, 66).map_err(|e| format!("{e}"))?;
+    let counters = Counters::new();
+    let mut buf = [0u8; 64];
+    let range = 0..BACKLOG_PAGES * PAGE as u32;
+    futures::executor::block_on(async {
+        let mut b = Backlog::open(
+            file,
+            range,
+            Cache::new_uncached(),
+            0,
+            Full::DropOldest,
+            &counters,
+            &mut buf,
+        )
+        .await
+        .map_err(|e| format!("reading the flash: {e}"))?;
+        let mut newest = None;
+        while let Some(e) = b.next(&mut buf).await.map_err(|e| e.to_string())? {
+            if e.stamp.boot == boot {
+                let r: Reading = postcard::from_bytes(e.payload).map_err(|e| e.to_string())?;
+                newest = newest.max(Some(r.seq));
+            }
+            b.sent();
+        }
+        Ok(newest)
+    })
+}
+
+/// Checks that `seqs` is 0, 1, 2, … with no gap.
+fn unbroken(boot: usize, seqs: &[u32]) -> Result<(), String> {
+    match seqs.iter().enumerate().find(|(i, s)| **s != *i as u32) {
+        None => Ok(()),
+        Some((i, s)) => Err(format!(
+            "boot {boot}: reading {s} where {i} belongs (seen: {:?}…)",
+            &seqs[i.saturating_sub(3)..(i + 3).min(seqs.len())]
+        )),
+    }
+}
+
+async fn run(args: &Args) -> Result<String, String> {
+    let dir = RunDir(std::env::temp_dir().join(format!("aimdb-outage-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).map_err(|e| format!("{}: {e}", dir.0.display()))?;
+    let flash = dir.0.join("backlog.bin");
+    std::fs::write(&flash, vec![0xffu8; FLASH_BYTES]).map_err(|e| format!("{e}"))?;
+    let mut broker = broker::start_persistent()?;
+    let port = broker.addr().port();
+    let mut obs = Observer::start(port)?;
+    let serial = format!("tcp:127.0.0.1:{port},reconnect=1");
+    let spawn = || {
+        qemu::spawn_in(&args.elf, &serial, Some(&dir.0))
+            .map_err(|e| format!("cannot start qemu-system-arm: {e}"))
+    };
+    let mut device = spawn()?;
+    println!(
+        "outage-e2e: mosquitto on {port}, QEMU pid {}",
+        device.id().unwrap_or(0)
+    );
+
+    // 1. Readings flow.
+    obs.until("20 readings", |s| s.last(0).is_some_and(|l| l >= 20))
+        .await?;
+    // 2. The outage.
+    broker.stop()?;
+    let outage = Duration::from_secs(args.outage);
+    println!("outage-e2e: broker stopped for {outage:?}");
+    let down = Instant::now();
+    tokio::time::sleep(outage / 2).await;
+    // 3. The reset: QEMU killed, its flash kept.
+    device
+        .start_kill()
+        .map_err(|e| format!("killing QEMU: {e}"))?;
+    device
+        .wait()
+        .await
+        .map_err(|e| format!("reaping QEMU: {e}"))?;
+    let stored = newest_in_flash(&flash, 0)?;
+    println!(
+        "outage-e2e: device reset after {:.1?}; boot 0's newest stored reading: {stored:?}",
+        down.elapsed()
+    );
+    device = spawn()?;
+    tokio::time::sleep(outage.saturating_sub(down.elapsed())).await;
+    // 4. The broker back; boot 1 catches up with the device.
+    broker.resume()?;
+    let back = Instant::now();
+    let behind = (outage / 2).as_secs_f64() * RATE;
+    println!("outage-e2e: broker back after {:.1?}", down.elapsed());
+    obs.until("boot 1 caught up", |s| {
+        s.last(1).is_some_and(|l| f64::from(l) >= behind + 20.0)
+    })
+    .await?;
+    let drained = back.elapsed();
+    let _ = device.start_kill();
+
+    let seen = &obs.seen;
+    for (boot, seqs) in seen.boots.iter().enumerate() {
+        unbroken(boot, seqs)?;
+    }
+    let boot0 = seen.boots.first().map_or(0, Vec::len) as u32;
+    let newest = stored.ok_or("boot 0 stored nothing during the outage")?;
+    if boot0 <= newest {
+        return Err(format!(
+            "boot 0: readings 0..{boot0} arrived, but its flash held up to {newest}"
+        ));
+    }
+    let _ = obs.child.start_kill();
+    Ok(format!(
+        "boot 0: readings 0..{boot0} (its flash held up to {newest} at the reset), \
+         boot 1: 0..{} caught up {drained:.1?} after the broker came back; every \
+         reading once and in order, {} duplicates dropped, through a {outage:?} outage",
+        seen.boots.get(1).map_or(0, Vec::len),
+        seen.duplicates
+    ))
+}
