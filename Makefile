@@ -144,14 +144,17 @@ b3:
 footprint:
 	$(CARGO) xtask firmware footprint
 
-## Deterministic gates: allocations per operation (b0) and instructions
+## Deterministic gates: allocations per operation (b0), instructions
 ## per operation under callgrind (b2: the hot paths, and b1's cells with
-## tokio; needs valgrind, `make deps`). Every bench must still compile.
+## tokio; needs valgrind, `make deps`) and what a durable backlog costs
+## its flash (b5: bytes written and erases per message, messages per
+## KiB). Every bench must still compile.
 bench-gate:
 	$(CARGO) bench -p aimdb-bench --no-run
 	$(CARGO) bench -p aimdb-bench --bench b0_alloc_connector
 	$(CARGO) bench -p aimdb-bench --bench b2_instructions
 	$(CARGO) bench -p aimdb-bench --bench b2_cells
+	$(CARGO) bench -p aimdb-bench --bench b5_backlog
 
 ## Timing benches (informational; run by hand on a quiet machine). b4
 ## starts a mosquitto on loopback (`make deps` installs it).
