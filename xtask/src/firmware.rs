@@ -249,9 +249,11 @@ fn device() -> Result<()> {
 
 fn b3(cpu: Cpu) -> Result<()> {
     let tc = Toolchain::select()?;
-    build_firmware(&tc, cpu.target(), &["--bin", "b3", "--bin", "b3-tls"])?;
-    println!("elf={}", fw_elf(cpu.target(), "b3").display());
-    println!("elf={}", fw_elf(cpu.target(), "b3-tls").display());
+    let bins = ["b3", "b3-tls", "b3-backlog"];
+    build_firmware(&tc, cpu.target(), &bins.map(|b| ["--bin", b]).concat())?;
+    for bin in bins {
+        println!("elf={}", fw_elf(cpu.target(), bin).display());
+    }
     println!("rustc={}", tc.description()?);
     Ok(())
 }

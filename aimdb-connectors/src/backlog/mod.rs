@@ -419,26 +419,28 @@ impl<'c, F: MultiwriteNorFlash, C: CacheImpl<()>> Backlog<'c, F, C> {
         let skip = n.min(self.gone);
         self.gone -= skip;
         let n = (n - skip).min(self.sent);
-        for _ in 0..n {
-            let popped = self.queue.pop(&mut *buf).await;
-            let len = match popped {
-                Ok(Some(b)) => b.len() as u32,
-                Ok(None) => return Err(Error::Corrupted),
-                Err(e) => return Err(self.failed(e)),
-            };
-            self.depth -= 1;
-            self.sent -= 1;
-            self.bytes -= len;
-            aimdb_core::counters::bump(&self.counters.delivered, 1);
-        }
         if n > 0 {
-            self.oldest = match self.queue.peek(buf).await {
-                Ok(Some(b)) => entry::decode(b)
+            // One walk: the `n` oldest removed, then the new oldest read
+            // for its age.
+            let mut it = self.queue.iter().await.map_err(map)?;
+            for _ in 0..n {
+                let Some(e) = it.next(&mut *buf).await.map_err(map)? else {
+                    return Err(Error::Corrupted);
+                };
+                let len = e.len() as u32;
+                e.pop().await.map_err(map)?;
+                self.depth -= 1;
+                self.sent -= 1;
+                self.bytes -= len;
+                aimdb_core::counters::bump(&self.counters.delivered, 1);
+            }
+            let boot = self.boot;
+            self.oldest = match it.next(&mut *buf).await.map_err(map)? {
+                Some(e) => entry::decode(&e)
                     .ok()
                     .map(|e| e.stamp)
-                    .filter(|s| s.boot == self.boot),
-                Ok(None) => None,
-                Err(e) => return Err(self.failed(e)),
+                    .filter(|s| s.boot == boot),
+                None => None,
             };
         }
         self.behind(now);

@@ -250,6 +250,30 @@ fn mqtt_client<'a, C: aimdb_connectors::Connect>(
 pub static BACKLOG: aimdb_connectors::backlog::Counters =
     aimdb_connectors::backlog::Counters::new();
 
+/// Flash pages a backlog may span (its cache has a slot per page).
+#[cfg(feature = "backlog")]
+pub const BACKLOG_PAGES: usize = 64;
+
+/// The backlog's cache: each page's state and where its items are.
+#[cfg(feature = "backlog")]
+pub type BacklogCache = aimdb_connectors::backlog::cache::Cache<
+    aimdb_connectors::backlog::cache::page_states::ArrayPageStates<BACKLOG_PAGES>,
+    aimdb_connectors::backlog::cache::page_pointers::ArrayPagePointers<BACKLOG_PAGES>,
+    aimdb_connectors::backlog::cache::Uncached,
+>;
+
+/// A fresh [`BacklogCache`] (also for `backlog::next_boot`: one cache
+/// type, one copy of the queue's code in flash).
+#[cfg(feature = "backlog")]
+pub fn backlog_cache() -> BacklogCache {
+    use aimdb_connectors::backlog::cache::{self, Cache};
+    Cache::new(
+        cache::page_states::ArrayPageStates::new(),
+        cache::page_pointers::ArrayPagePointers::new(),
+        cache::Uncached,
+    )
+}
+
 /// Bytes of one backlog entry at most: the readings topic and a postcard
 /// [`Reading`] (two varints) after the entry's head.
 #[cfg(feature = "backlog")]
@@ -274,13 +298,19 @@ where
     C: aimdb_connectors::Connect,
     F: embedded_storage_async::nor_flash::MultiwriteNorFlash,
 {
-    use aimdb_connectors::backlog::{self, cache::Cache, Backlog, Full};
+    use aimdb_connectors::backlog::{self, Backlog, Full};
     static DURABLE_READY: Readiness<1> = Readiness::new();
     let mut entry = [0u8; ENTRY_MAX];
+    // Each page's state and where its items are, in RAM (a byte and two
+    // words a page): a store then reads one page, not all of them.
+    let pages = (range.end - range.start) as usize / F::ERASE_SIZE;
+    if pages > BACKLOG_PAGES {
+        return aimdb_connectors::reconnect::Stopped::Disconnected;
+    }
     let opened = Backlog::open(
         flash,
         range,
-        Cache::new_uncached(),
+        backlog_cache(),
         boot,
         Full::DropOldest,
         &BACKLOG,

@@ -12,7 +12,7 @@
 #![no_std]
 #![no_main]
 
-use aimdb_connectors::backlog::{self, cache::Cache};
+use aimdb_connectors::backlog;
 use cortex_m_semihosting::hprintln;
 use embassy_executor::Spawner;
 use firmware_qemu::flash::{HostFlash, PAGE};
@@ -38,7 +38,8 @@ async fn main(spawner: Spawner) {
     let backlog = 0..(BACKLOG_PAGES * PAGE) as u32;
     let boots = backlog.end..capacity as u32;
     let counters = &device_app::BACKLOG;
-    let Ok(boot) = backlog::next_boot(&mut flash, boots, Cache::new_uncached(), counters).await
+    let Ok(boot) =
+        backlog::next_boot(&mut flash, boots, device_app::backlog_cache(), counters).await
     else {
         fail("boot counter")
     };
