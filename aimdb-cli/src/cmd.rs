@@ -323,6 +323,47 @@ struct ConnectorView {
     lagged: u32,
     reconnects: u32,
     link: Option<LinkView>,
+    /// Its durable backlog, if it has one.
+    backlog: Option<BacklogView>,
+}
+
+/// A connector's durable backlog in `stats`.
+#[derive(Serialize)]
+struct BacklogView {
+    depth: u32,
+    bytes: u32,
+    in_flight: u32,
+    behind_ms: u32,
+    dropped: u32,
+    refused: u32,
+    erases: u32,
+    flash_errors: u32,
+}
+
+impl From<aimdb_core::remote::BacklogCounters> for BacklogView {
+    fn from(b: aimdb_core::remote::BacklogCounters) -> Self {
+        Self {
+            depth: b.depth,
+            bytes: b.bytes,
+            in_flight: b.in_flight,
+            behind_ms: b.behind_ms,
+            dropped: b.dropped,
+            refused: b.refused,
+            erases: b.erases,
+            flash_errors: b.flash_errors,
+        }
+    }
+}
+
+/// Milliseconds as an operator reads a delay: `850 ms`, `42 s`, `12 min`,
+/// `3 h`.
+fn behind(ms: u32) -> String {
+    match ms {
+        0..=999 => format!("{ms} ms"),
+        1_000..=119_999 => format!("{} s", ms / 1_000),
+        120_000..=7_199_999 => format!("{} min", ms / 60_000),
+        _ => format!("{} h", ms / 3_600_000),
+    }
 }
 
 /// The responder's counters in `stats`.
@@ -401,6 +442,41 @@ impl View for StatsView {
                 ]
             },
         ));
+        let backlogs: Vec<(&str, &BacklogView)> = self
+            .connectors
+            .iter()
+            .filter_map(|k| Some((k.name.as_str(), k.backlog.as_ref()?)))
+            .collect();
+        if !backlogs.is_empty() {
+            t.push('\n');
+            t.push_str(&table::of(
+                &[
+                    "BACKLOG",
+                    "STORED",
+                    "BYTES",
+                    "IN FLIGHT",
+                    "BEHIND",
+                    "DROPPED",
+                    "REFUSED",
+                    "ERASES",
+                    "FLASH ERRORS",
+                ],
+                &backlogs,
+                |(name, b)| {
+                    vec![
+                        (*name).into(),
+                        b.depth.to_string(),
+                        b.bytes.to_string(),
+                        b.in_flight.to_string(),
+                        behind(b.behind_ms),
+                        b.dropped.to_string(),
+                        b.refused.to_string(),
+                        b.erases.to_string(),
+                        b.flash_errors.to_string(),
+                    ]
+                },
+            ));
+        }
         t
     }
 }
@@ -433,6 +509,7 @@ async fn stats(c: &mut Client) -> Result<StatsView, Fail> {
                             lagged: k.counters.lagged,
                             reconnects: k.counters.reconnects,
                             link: k.link.map(LinkView::from),
+                            backlog: k.backlog.map(BacklogView::from),
                         })
                         .collect();
                 }

@@ -437,3 +437,53 @@ fn stats_reports_the_connector_and_its_link() {
         assert!(out.contains(word), "{word} missing from:\n{out}");
     }
 }
+
+/// A node's durable backlog, as the tool is to show it: fixed figures.
+struct Behind;
+
+impl aimdb_core::remote::BacklogView for Behind {
+    fn backlog_counters(&self) -> aimdb_core::remote::BacklogCounters {
+        aimdb_core::remote::BacklogCounters {
+            depth: 7_200,
+            bytes: 345_600,
+            in_flight: 16,
+            behind_ms: 12 * 60_000 + 5_000,
+            dropped: 0,
+            refused: 3,
+            erases: 41,
+            flash_errors: 0,
+        }
+    }
+}
+
+#[test]
+fn stats_show_how_far_behind_a_backlog_is() {
+    static BEHIND: Behind = Behind;
+    let node = Node::with_backlog(&BEHIND);
+    let addr = tcp(node.serve_tcp());
+    let o = aimdb(&["--tcp", &addr, "--json", "stats"]);
+    expect_code(&o, 0);
+    let v = json_out(&o);
+    let b = &v["connectors"][0]["backlog"];
+    assert_eq!(b["depth"], 7_200, "{v}");
+    assert_eq!(b["behind_ms"], 725_000, "{v}");
+    assert_eq!(
+        (b["in_flight"].as_u64(), b["refused"].as_u64()),
+        (Some(16), Some(3))
+    );
+    let o = aimdb(&["--tcp", &addr, "stats"]);
+    expect_code(&o, 0);
+    let out = stdout(&o);
+    // The operator's line: this node is 12 minutes behind.
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("framed") && l.contains("7200"))
+        .unwrap_or_else(|| panic!("no backlog line in:\n{out}"));
+    assert!(line.contains("12 min"), "{line}");
+    assert!(out.contains("BEHIND"), "{out}");
+    // A node without one shows none.
+    let plain = Node::new();
+    let addr = tcp(plain.serve_tcp());
+    let o = aimdb(&["--tcp", &addr, "--json", "stats"]);
+    assert_eq!(json_out(&o)["connectors"][0]["backlog"], Value::Null);
+}

@@ -863,6 +863,7 @@ impl Model {
                         name: "inbound".into(),
                         counters: link_counters(&self.inbound),
                         link: Some(LINK),
+                        backlog: None,
                     }]
                 } else {
                     Vec::new()

@@ -14,7 +14,7 @@ use aimdb_core::inbound::Dispatch;
 use aimdb_core::outbound::{self, Routes};
 use aimdb_core::presence::LinkState;
 use aimdb_core::record::{Latest, Mailbox, Record, Ring};
-use aimdb_core::remote::{Connector, Counted, Description, Responder};
+use aimdb_core::remote::{BacklogView, Connector, Counted, Description, Responder};
 use aimdb_core::sync::Readiness;
 use embassy_sync::blocking_mutex::raw::CriticalSectionRawMutex as Cs;
 use serde::{Deserialize, Serialize};
@@ -62,20 +62,28 @@ impl Node {
     /// reported as `framed`.
     pub fn new() -> Self {
         let counters = leak(Counters::new());
-        Self::build("framed", counters, counters)
+        Self::build("framed", counters, counters, None)
+    }
+
+    /// [`Self::new`], its connector reporting `backlog` as its durable
+    /// backlog.
+    pub fn with_backlog(backlog: &'static (dyn BacklogView + Sync)) -> Self {
+        let counters = leak(Counters::new());
+        Self::build("framed", counters, counters, Some(backlog))
     }
 
     /// The same records, reporting one connector named `name` with
     /// `counted` as its counters and [`Self::link`] as its link (for a
     /// connector other than [`Self::serve_tcp`]'s).
     pub fn with_connector(name: &'static str, counted: &'static (dyn Counted + Sync)) -> Self {
-        Self::build(name, counted, leak(Counters::new()))
+        Self::build(name, counted, leak(Counters::new()), None)
     }
 
     fn build(
         name: &'static str,
         counted: &'static (dyn Counted + Sync),
         counters: &'static Counters,
+        backlog: Option<&'static (dyn BacklogView + Sync)>,
     ) -> Self {
         let readings = leak(Record::new("readings"));
         let led = leak(Record::new("led"));
@@ -90,8 +98,12 @@ impl Node {
             Description::of(cmd),
         ]));
         let link = leak(Record::new("link"));
-        let connectors: &'static [Connector] =
-            Box::leak(Box::new([Connector::new(name, counted).link(link)]));
+        let connector = Connector::new(name, counted).link(link);
+        let connector = match backlog {
+            Some(b) => connector.backlog(b),
+            None => connector,
+        };
+        let connectors: &'static [Connector] = Box::leak(Box::new([connector]));
         Self {
             readings,
             led,

@@ -96,6 +96,23 @@ aimdb_core::counter_set! {
     }
 }
 
+#[cfg(feature = "remote")]
+impl aimdb_core::remote::BacklogView for Counters {
+    fn backlog_counters(&self) -> aimdb_core::remote::BacklogCounters {
+        let s = self.snapshot();
+        aimdb_core::remote::BacklogCounters {
+            depth: s.depth,
+            bytes: s.bytes,
+            in_flight: s.in_flight,
+            behind_ms: s.behind_ms,
+            dropped: s.dropped,
+            refused: s.refused,
+            erases: s.erases,
+            flash_errors: s.flash_errors,
+        }
+    }
+}
+
 /// What a full backlog does with a new value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Full {

@@ -76,7 +76,9 @@
 //!   killed on the far side of a broker) costs at most its credit.
 //! - `stats` reports each record's writes and replaced writes, and the
 //!   connectors handed to [`Responder::with_connectors`]: their counters
-//!   ([`LinkCounters`]) and link state.
+//!   ([`LinkCounters`]), link state and, for one with a durable backlog,
+//!   its counters ([`BacklogCounters`]: depth, how far behind, drops,
+//!   erases).
 //! - On MQTT, [`Responder::manifest`] publishes a retained JSON manifest
 //!   ([`ManifestJson`]) of the records, so a plain MQTT client sees what
 //!   the node has without speaking this protocol.
@@ -288,6 +290,70 @@ pub trait Counted {
     fn link_counters(&self) -> LinkCounters;
 }
 
+/// A durable backlog's counters, as `stats` reports them beside its
+/// connector's (feature `backlog` of `aimdb-connectors` implements
+/// [`BacklogView`] for its counters).
+///
+/// On the wire an array of eight varints, in field order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(into = "[u32; 8]", from = "[u32; 8]")]
+pub struct BacklogCounters {
+    /// Values stored now.
+    pub depth: u32,
+    /// Bytes they take.
+    pub bytes: u32,
+    /// Of those, handed to the transport and not yet acknowledged.
+    pub in_flight: u32,
+    /// How far behind the oldest stored value is, in milliseconds.
+    pub behind_ms: u32,
+    /// Values dropped, oldest first, for room.
+    pub dropped: u32,
+    /// Values refused for want of room.
+    pub refused: u32,
+    /// Flash pages erased.
+    pub erases: u32,
+    /// Flash operations that failed.
+    pub flash_errors: u32,
+}
+
+impl From<BacklogCounters> for [u32; 8] {
+    fn from(c: BacklogCounters) -> Self {
+        [
+            c.depth,
+            c.bytes,
+            c.in_flight,
+            c.behind_ms,
+            c.dropped,
+            c.refused,
+            c.erases,
+            c.flash_errors,
+        ]
+    }
+}
+
+impl From<[u32; 8]> for BacklogCounters {
+    fn from(
+        [depth, bytes, in_flight, behind_ms, dropped, refused, erases, flash_errors]: [u32; 8],
+    ) -> Self {
+        Self {
+            depth,
+            bytes,
+            in_flight,
+            behind_ms,
+            dropped,
+            refused,
+            erases,
+            flash_errors,
+        }
+    }
+}
+
+/// A durable backlog's counters, read by `stats`.
+pub trait BacklogView {
+    /// The counters now.
+    fn backlog_counters(&self) -> BacklogCounters;
+}
+
 /// A link-state record, read without a reader slot.
 pub trait LinkView {
     /// The state now (`None` before the connector first wrote it).
@@ -308,6 +374,7 @@ pub struct Connector {
     pub(crate) name: &'static str,
     pub(crate) counters: &'static (dyn Counted + Sync),
     pub(crate) link: Option<&'static (dyn LinkView + Sync)>,
+    pub(crate) backlog: Option<&'static (dyn BacklogView + Sync)>,
 }
 
 impl Connector {
@@ -317,7 +384,15 @@ impl Connector {
             name,
             counters,
             link: None,
+            backlog: None,
         }
+    }
+
+    /// Its durable backlog's counters, reported beside its own.
+    #[must_use]
+    pub const fn backlog(mut self, backlog: &'static (dyn BacklogView + Sync)) -> Self {
+        self.backlog = Some(backlog);
+        self
     }
 
     /// Its link-state record (the one the connector's `with_link` writes).

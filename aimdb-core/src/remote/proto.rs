@@ -28,7 +28,7 @@
 use postcard_schema::schema::NamedType;
 use serde::{Deserialize, Serialize, Serializer};
 
-use super::{Description, LinkCounters};
+use super::{BacklogCounters, Description, LinkCounters};
 use crate::presence::LinkState;
 use crate::record::Kind;
 
@@ -366,6 +366,8 @@ pub struct ConnectorStats<'a> {
     pub counters: LinkCounters,
     /// Its link state, if the node reports one.
     pub link: Option<LinkState>,
+    /// Its durable backlog's counters, if it has one.
+    pub backlog: Option<BacklogCounters>,
 }
 
 /// A whole description.
@@ -518,7 +520,7 @@ impl Serialize for StatsRef<'_> {
     }
 }
 
-/// Connectors as listed: name, counters, link state.
+/// Connectors as listed: name, counters, link state, backlog.
 #[derive(Debug)]
 pub struct ConnectorsRef<'a>(pub(crate) &'a [super::Connector]);
 
@@ -528,6 +530,7 @@ impl Serialize for ConnectorsRef<'_> {
             name: c.name,
             counters: c.counters.link_counters(),
             link: c.link.and_then(|l| l.link_state()),
+            backlog: c.backlog.map(|b| b.backlog_counters()),
         }))
     }
 }

@@ -750,6 +750,23 @@ fn a_watch_leaves_commands_to_their_consumer_and_needs_a_free_slot() {
 
 struct FakeCounters;
 
+struct FakeBacklog;
+
+impl BacklogView for FakeBacklog {
+    fn backlog_counters(&self) -> BacklogCounters {
+        BacklogCounters {
+            depth: 12,
+            bytes: 384,
+            in_flight: 4,
+            behind_ms: 720_000,
+            dropped: 0,
+            refused: 1,
+            erases: 9,
+            flash_errors: 0,
+        }
+    }
+}
+
 impl Counted for FakeCounters {
     fn link_counters(&self) -> LinkCounters {
         LinkCounters {
@@ -768,9 +785,12 @@ fn stats_report_records_and_connectors_with_their_link_state() {
     static LED: Record<Cs, Latest<bool>, 1> = Record::new("led");
     static LINK: Record<Cs, Latest<crate::presence::LinkState>, 1> = Record::new("link");
     static COUNTERS: FakeCounters = FakeCounters;
+    static BACKLOG: FakeBacklog = FakeBacklog;
     static TABLE: [Description; 1] = [Description::of(&LED).writable()];
     static CONNECTORS: [Connector; 2] = [
-        Connector::new("mqtt", &COUNTERS).link(&LINK),
+        Connector::new("mqtt", &COUNTERS)
+            .link(&LINK)
+            .backlog(&BACKLOG),
         Connector::new("uart", &COUNTERS),
     ];
     static RESPONDER: Responder<Cs, 64> = Responder::new(&TABLE).with_connectors(&CONNECTORS);
@@ -804,6 +824,9 @@ fn stats_report_records_and_connectors_with_their_link_state() {
         Some(crate::presence::LinkState::online(4))
     );
     assert_eq!(connectors[1].link, None);
+    // The backlog's counters beside its connector's, as the node had them.
+    assert_eq!(connectors[0].backlog, Some(FakeBacklog.backlog_counters()));
+    assert_eq!(connectors[1].backlog, None);
     assert_eq!((responder.requests, responder.malformed), (2, 1));
     // Later pages carry records only.
     let r = ask(

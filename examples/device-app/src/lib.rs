@@ -85,7 +85,13 @@ pub static DESCRIPTIONS: [Description; 6] = [
 /// The connectors `aimdb stats` reports, with their link state.
 static CONNECTORS: [Connector; 2] = [
     Connector::new("framed", &LINK).link(&LINK_STATE),
+    #[cfg(not(feature = "backlog"))]
     Connector::new("mqtt", &MQTT).link(&MQTT_LINK),
+    // With its backlog: how far behind the readings are, in `aimdb stats`.
+    #[cfg(feature = "backlog")]
+    Connector::new("mqtt", &MQTT)
+        .link(&MQTT_LINK)
+        .backlog(&BACKLOG),
 ];
 /// Answers remote-access requests (one at a time, up to 64 bytes each)
 /// on whichever connector runs.

@@ -21,6 +21,8 @@
 //! no gap and in order; boot 0's reach at least the newest reading its
 //! flash held when it was killed (read from a copy of the flash file
 //! with the same backlog code on the host). The duplicates are reported.
+//! And `aimdb stats` shows the device's backlog drained, nothing refused,
+//! no flash error.
 //!
 //! ```text
 //! outage-e2e --qemu device-mqtt-backlog.elf [--outage SECONDS]
@@ -227,6 +229,55 @@ fn newest_in_flash(flash: &Path, boot: u32) -> Result<Option<u32>, String> {
     })
 }
 
+/// The device's backlog as `aimdb stats --json` shows it, once it has
+/// drained (nothing stored beyond what is in flight, nothing refused, no
+/// flash error); fails after [`WAIT`].
+async fn backlog_stats(port: u16) -> Result<String, String> {
+    let tool = std::env::current_exe()
+        .map_err(|e| e.to_string())?
+        .with_file_name("aimdb");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let out = Process::new(&tool)
+            .args(["--mqtt", &format!("mqtt://127.0.0.1:{port}")])
+            .args(["--node", "dev", "--json", "stats"])
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await
+            .map_err(|e| {
+                format!(
+                    "{}: {e} (cargo build --release -p aimdb-cli)",
+                    tool.display()
+                )
+            })?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let b = v["connectors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["name"] == "mqtt")
+            .map(|c| c["backlog"].clone())
+            .unwrap_or_default();
+        let n = |k: &str| b[k].as_u64();
+        if b.is_object() && n("refused") == Some(0) && n("flash_errors") == Some(0) {
+            if n("depth") <= Some(n("in_flight").unwrap_or(0) + 4) {
+                return Ok(b.to_string());
+            }
+        } else if b.is_object() {
+            return Err(format!("aimdb stats: the backlog refused or failed: {b}"));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "aimdb stats never showed the backlog drained: {v} ({}{})",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Checks that `seqs` is 0, 1, 2, … with no gap.
 fn unbroken(boot: usize, seqs: &[u32]) -> Result<(), String> {
     match seqs.iter().enumerate().find(|(i, s)| **s != *i as u32) {
@@ -291,6 +342,8 @@ async fn run(args: &Args) -> Result<String, String> {
     })
     .await?;
     let drained = back.elapsed();
+    // The operator's view: the backlog in `aimdb stats`, drained.
+    let backlog = backlog_stats(port).await?;
     let _ = device.start_kill();
 
     let seen = &obs.seen;
@@ -306,7 +359,7 @@ async fn run(args: &Args) -> Result<String, String> {
     }
     let _ = obs.child.start_kill();
     Ok(format!(
-        "boot 0: readings 0..{boot0} (its flash held up to {newest} at the reset), \
+        "aimdb stats: backlog {backlog}; boot 0: readings 0..{boot0} (its flash held up to {newest} at the reset), \
          boot 1: 0..{} caught up {drained:.1?} after the broker came back; every \
          reading once and in order, {} duplicates dropped, through a {outage:?} outage",
         seen.boots.get(1).map_or(0, Vec::len),
