@@ -45,7 +45,6 @@ use aimdb_core::presence::{self, LinkState};
 use aimdb_core::record::Sink;
 use embassy_futures::select::{select, select3, Either, Either3};
 use embedded_io_async::{Error as _, ErrorKind, Read, Write};
-use portable_atomic::{AtomicBool, Ordering};
 
 use crate::clock::{Clock, Instant};
 use crate::connect::{Connect, Connection};
@@ -489,6 +488,12 @@ impl<'l> Runner<'l> {
     }
 
     /// Drives one open connection until it ends.
+    ///
+    /// Each round: the engine's state looked at ([`Self::top`]), what is
+    /// ready offered and written, then the wait for the next events
+    /// (written out here rather than awaited as a function of its own: a
+    /// nested future would cost every round the moves into and out of its
+    /// state), which go to the engine ([`Self::handle`]).
     async fn connection<E, K, S, M, R, W, F>(
         &mut self,
         d: &mut Drive<'_, E, K, S, M>,
@@ -516,27 +521,8 @@ impl<'l> Runner<'l> {
         // events are in, used until the next wait.
         let mut now = d.clock.now();
         loop {
-            if let Some(end) = d.engine.ended() {
-                return match (d.engine.reopen(), st.closing.is_some()) {
-                    (true, _) => Outcome::Reopen,
-                    (false, true) => Outcome::Stopped,
-                    (false, false) => Outcome::Ended { end, up: st.up },
-                };
-            }
-            if !st.up && d.engine.accepting() {
-                st.up = true;
-                self.came_up(d, limits.counted);
-            }
-            let online = d.engine.online();
-            if online != st.online {
-                st.online = online;
-                if let Some(seq) = online {
-                    self.last_online = Some(seq);
-                    self.link.set(LinkState::online(seq));
-                }
-            }
-            if d.engine.pending() {
-                d.engine.received(0, now, d.sink);
+            if let Some(o) = self.top(d, &mut st, limits.counted, now) {
+                return o;
             }
             // Offering and writing never wait: one poll of the task.
             let wrote = poll_fn(|cx| {
@@ -547,26 +533,95 @@ impl<'l> Runner<'l> {
                 Poll::Ready(self.write_now(d, &mut tx, &mut st, now, cx))
             })
             .await;
-            if st.closing.is_some() && d.engine.closed() && self.drained(d.engine) && !st.unflushed
-            {
-                // The goodbye is written and flushed.
-                return Outcome::Stopped;
-            }
-            let ended = d.engine.ended().is_some();
-            if ended || wrote && (self.held.is_some() || d.engine.pending()) {
-                // The write ended the connection; or room was made: the
-                // held message or a waiting step first.
-                continue;
+            match self.after_write(d.engine, &st, wrote) {
+                Some(true) => return Outcome::Stopped,
+                Some(false) => continue,
+                None => {}
             }
             let wake = st.wake(d.engine, &limits);
-            let ev = self
-                .wait(d, (&mut rx, &mut tx), &mut st, wake, stop.as_mut())
-                .await;
+            let mut wait = Wait {
+                want: self.held.is_none() && d.engine.accepting() && st.closing.is_none(),
+                skip: st.asked,
+                looked: false,
+                parked: false,
+            };
+            let ev = {
+                let io = d.engine.io();
+                let out = self.gather.or(io.tx);
+                // Only what can complete is polled: no read while the engine
+                // lends no room, no write with nothing to write or flush, no
+                // timer without a deadline.
+                let mut read = pin!((!io.rx.is_empty()).then(|| rx.read(io.rx)));
+                let writing = !out.is_empty() || st.unflushed;
+                let mut write = pin!(writing.then(|| write_or_flush(&mut tx, out)));
+                let clock = d.clock;
+                let mut timer = pin!((wake != Instant::MAX).then(|| clock.sleep_until(wake)));
+                let mut stop = st.closing.is_none().then_some(stop.as_mut());
+                let source = &mut *d.source;
+                poll_fn(|cx| {
+                    let futures = (read.as_mut(), write.as_mut(), timer.as_mut());
+                    wait.poll(cx, source, futures, stop.as_mut())
+                })
+                .await
+            };
+            // After a park, a wake may have taken the source's registration.
+            st.asked = ev.ready.is_none() && (wait.looked || (!wait.parked && st.asked));
             now = d.clock.now();
             if let Some(o) = self.handle(d, ev, &mut st, &limits, now) {
                 return o;
             }
         }
+    }
+
+    /// The top of a round: an ended connection's outcome; else the
+    /// engine coming up, coming online, or waiting for a call.
+    fn top<E, K, S, M>(
+        &mut self,
+        d: &mut Drive<'_, E, K, S, M>,
+        st: &mut Conn,
+        counted: bool,
+        now: Instant,
+    ) -> Option<Outcome<E::End>>
+    where
+        E: Engine,
+        S: FrameSink + ?Sized,
+        M: MessageSource + ?Sized,
+    {
+        if let Some(end) = d.engine.ended() {
+            return Some(match (d.engine.reopen(), st.closing.is_some()) {
+                (true, _) => Outcome::Reopen,
+                (false, true) => Outcome::Stopped,
+                (false, false) => Outcome::Ended { end, up: st.up },
+            });
+        }
+        if !st.up && d.engine.accepting() {
+            st.up = true;
+            self.came_up(d, counted);
+        }
+        let online = d.engine.online();
+        if online != st.online {
+            st.online = online;
+            if let Some(seq) = online {
+                self.last_online = Some(seq);
+                self.link.set(LinkState::online(seq));
+            }
+        }
+        if d.engine.pending() {
+            d.engine.received(0, now, d.sink);
+        }
+        None
+    }
+
+    /// After a round's writes: `Some(true)` when the goodbye is written
+    /// and flushed (the stop is done), `Some(false)` to go round again
+    /// (the write ended the connection, or made room for the held
+    /// message or a waiting step), `None` to wait.
+    fn after_write<E: Engine>(&self, engine: &mut E, st: &Conn, wrote: bool) -> Option<bool> {
+        if st.closing.is_some() && engine.closed() && self.drained(engine) && !st.unflushed {
+            return Some(true);
+        }
+        let again = engine.ended().is_some() || wrote && (self.held.is_some() || engine.pending());
+        again.then_some(false)
     }
 
     /// Writes what is queued as long as the transport takes it at once
@@ -661,97 +716,6 @@ impl<'l> Runner<'l> {
         self.gather.start == self.gather.end && engine.io().tx.is_empty()
     }
 
-    /// Waits for the next events: the first poll polls every pending
-    /// operation and returns all that completed; after a wake-up, the
-    /// first that completed (the ready source, then the read, then the
-    /// rest).
-    async fn wait<E, K, S, M, R, W, F>(
-        &mut self,
-        d: &mut Drive<'_, E, K, S, M>,
-        (rx, tx): (&mut R, &mut W),
-        st: &mut Conn,
-        wake: Instant,
-        stop: Pin<&mut F>,
-    ) -> Events
-    where
-        E: Engine,
-        K: Clock,
-        S: ?Sized,
-        M: MessageSource + ?Sized,
-        R: Read,
-        W: Write,
-        F: Future<Output = ()>,
-    {
-        let want = self.held.is_none() && d.engine.accepting() && st.closing.is_none();
-        let io = d.engine.io();
-        let out = self.gather.or(io.tx);
-        // The source was polled in the last round and holds our waker.
-        let looked = AtomicBool::new(false);
-        // Only what can complete is polled: no read while the engine
-        // lends no room, no write with nothing to write or flush, no timer
-        // without a deadline.
-        let reading = !io.rx.is_empty();
-        let mut read = pin!(reading.then(|| rx.read(io.rx)));
-        let writing = !out.is_empty() || st.unflushed;
-        let mut write = pin!(writing.then(|| write_or_flush(tx, out)));
-        let clock = d.clock;
-        let mut timer = pin!((wake != Instant::MAX).then(|| clock.sleep_until(wake)));
-        // A source that already holds our waker is not asked again before
-        // the task has parked.
-        let mut skip = st.asked;
-        let source = &mut *d.source;
-        let mut next = poll_fn(|cx| {
-            if !want || core::mem::take(&mut skip) {
-                return Poll::Pending;
-            }
-            let r = source.poll_ready(cx);
-            looked.store(r.is_pending(), Ordering::Relaxed);
-            r
-        });
-        let mut stop = (st.closing.is_none()).then_some(stop);
-        let mut parked = false;
-        let ev = poll_fn(|cx| {
-            looked.store(false, Ordering::Relaxed);
-            let mut ev = Events::default();
-            // The first poll polls everything, so each operation is
-            // polled at least once per round and none starves; after a
-            // wake-up the first that completed is enough (the others'
-            // wakers stay registered; they are polled again next round).
-            if let Poll::Ready(r) = Pin::new(&mut next).poll(cx) {
-                ev.ready = Some(r);
-                if parked {
-                    return Poll::Ready(ev);
-                }
-            }
-            if let Some(Poll::Ready(r)) = read.as_mut().as_pin_mut().map(|f| f.poll(cx)) {
-                ev.read = Some(r.map_err(|e| e.kind()));
-                if parked {
-                    return Poll::Ready(ev);
-                }
-            }
-            if let Some(Poll::Ready(r)) = write.as_mut().as_pin_mut().map(|f| f.poll(cx)) {
-                ev.write = Some(r);
-            }
-            ev.timer = timer
-                .as_mut()
-                .as_pin_mut()
-                .is_some_and(|f| f.poll(cx).is_ready());
-            if let Some(s) = stop.as_mut() {
-                ev.stop = s.as_mut().poll(cx).is_ready();
-            }
-            if ev.any() {
-                Poll::Ready(ev)
-            } else {
-                parked = true;
-                Poll::Pending
-            }
-        })
-        .await;
-        // After a park, a wake may have taken the source's registration.
-        st.asked = ev.ready.is_none() && (looked.load(Ordering::Relaxed) || (!parked && st.asked));
-        ev
-    }
-
     /// Hands the events to the engine; `Some` when the connection is over
     /// for the runner's own reasons (a timeout, a stop).
     fn handle<E, K, S, M>(
@@ -838,6 +802,77 @@ impl Conn {
             wake = wake.min(limits.open_until.unwrap_or(Instant::MAX));
         }
         wake.min(self.closing.unwrap_or(Instant::MAX))
+    }
+}
+
+/// An operation a wait polls, pinned; `None` when it has nothing to do.
+type Slot<'a, T> = Pin<&'a mut Option<T>>;
+
+/// One wait's flags (see [`Runner::connection`]).
+struct Wait {
+    /// The source may be asked for a message.
+    want: bool,
+    /// The source already holds our waker: not asked before a park.
+    skip: bool,
+    /// The source was asked in this wait and holds our waker.
+    looked: bool,
+    /// The task parked in this wait.
+    parked: bool,
+}
+
+impl Wait {
+    /// One poll: the first polls every pending operation and returns all
+    /// that completed, so each is polled at least once per round and
+    /// none starves; after a wake-up the first that completed is enough
+    /// (the ready source, then the read, then the rest: the others'
+    /// wakers stay registered and they are polled again next round).
+    fn poll<M, RF, RE, WF, TF, F>(
+        &mut self,
+        cx: &mut Context<'_>,
+        source: &mut M,
+        (read, write, timer): (Slot<'_, RF>, Slot<'_, WF>, Slot<'_, TF>),
+        stop: Option<&mut Pin<&mut F>>,
+    ) -> Poll<Events>
+    where
+        M: MessageSource + ?Sized,
+        RF: Future<Output = Result<usize, RE>>,
+        RE: embedded_io_async::Error,
+        WF: Future<Output = Written>,
+        TF: Future<Output = ()>,
+        F: Future<Output = ()>,
+    {
+        self.looked = false;
+        let mut ev = Events::default();
+        if self.want && !core::mem::take(&mut self.skip) {
+            match source.poll_ready(cx) {
+                Poll::Ready(r) => {
+                    ev.ready = Some(r);
+                    if self.parked {
+                        return Poll::Ready(ev);
+                    }
+                }
+                Poll::Pending => self.looked = true,
+            }
+        }
+        if let Some(Poll::Ready(r)) = read.as_pin_mut().map(|f| f.poll(cx)) {
+            ev.read = Some(r.map_err(|e| e.kind()));
+            if self.parked {
+                return Poll::Ready(ev);
+            }
+        }
+        if let Some(Poll::Ready(r)) = write.as_pin_mut().map(|f| f.poll(cx)) {
+            ev.write = Some(r);
+        }
+        ev.timer = timer.as_pin_mut().is_some_and(|f| f.poll(cx).is_ready());
+        if let Some(s) = stop {
+            ev.stop = s.as_mut().poll(cx).is_ready();
+        }
+        if ev.any() {
+            Poll::Ready(ev)
+        } else {
+            self.parked = true;
+            Poll::Pending
+        }
     }
 }
 
