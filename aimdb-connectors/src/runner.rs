@@ -114,15 +114,21 @@ struct Gather<'g> {
 }
 
 impl Gather<'_> {
-    /// What to write: the gathered bytes, or with no gather buffer the
-    /// engine's own `tx`.
+    /// What to write: with a gather buffer (`on`: the runner gathers)
+    /// the gathered bytes, else the engine's own `tx`.
     #[inline(always)]
-    fn or<'a>(&'a self, tx: &'a [u8]) -> &'a [u8] {
-        if self.buf.is_empty() {
-            tx
-        } else {
+    fn or<'a>(&'a self, on: bool, tx: &'a [u8]) -> &'a [u8] {
+        if on && !self.buf.is_empty() {
             &self.buf[self.start..self.end]
+        } else {
+            tx
         }
+    }
+
+    /// Whether nothing gathered waits (`on`: the runner gathers).
+    #[inline(always)]
+    fn empty(&self, on: bool) -> bool {
+        !on || self.start == self.end
     }
 }
 
@@ -168,7 +174,12 @@ enum Outcome<X> {
 /// let end = futures::executor::block_on(runner.one(&mut d, rx, tx));
 /// assert_eq!(end, framed::Error::Closed);
 /// ```
-pub struct Runner<'l> {
+///
+/// `GATHER`: whether the runner can gather engine output into a buffer
+/// ([`Runner::gathering`], [`Runner::set_gather`]). A type of its own, so
+/// a connector that never gathers (`Runner::new`) links none of that
+/// code.
+pub struct Runner<'l, const GATHER: bool = false> {
     /// A message taken from the source that the engine has not taken.
     held: Option<Ready>,
     link: Report<'l>,
@@ -185,7 +196,7 @@ impl Default for Runner<'_> {
     }
 }
 
-impl core::fmt::Debug for Runner<'_> {
+impl<const GATHER: bool> core::fmt::Debug for Runner<'_, GATHER> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Runner")
             .field("held", &self.held.is_some())
@@ -194,10 +205,35 @@ impl core::fmt::Debug for Runner<'_> {
     }
 }
 
-impl<'l> Runner<'l> {
+impl Runner<'_> {
     /// A runner that reports no link state and writes the engine's
     /// output as it comes.
     pub const fn new() -> Self {
+        Self::empty()
+    }
+}
+
+impl<'l> Runner<'l, true> {
+    /// A runner that gathers engine output once given a buffer
+    /// ([`Self::set_gather`]); until then it writes the output as it
+    /// comes, as [`Runner::new`]'s does.
+    pub const fn gathering() -> Self {
+        Self::empty()
+    }
+
+    /// Gathers engine output into `buf` before writing it, so a burst
+    /// leaves in one transport write.
+    pub fn set_gather(&mut self, buf: &'l mut [u8]) {
+        self.gather = Gather {
+            buf,
+            start: 0,
+            end: 0,
+        };
+    }
+}
+
+impl<'l, const GATHER: bool> Runner<'l, GATHER> {
+    const fn empty() -> Self {
         Self {
             held: None,
             link: Report {
@@ -217,16 +253,6 @@ impl<'l> Runner<'l> {
     /// Reports the link state into `sink` from now on.
     pub const fn set_link(&mut self, sink: &'l (dyn Sink<LinkState> + Sync)) {
         self.link.sink = Some(sink);
-    }
-
-    /// Gathers engine output into `buf` before writing it, so a burst
-    /// leaves in one transport write.
-    pub fn set_gather(&mut self, buf: &'l mut [u8]) {
-        self.gather = Gather {
-            buf,
-            start: 0,
-            end: 0,
-        };
     }
 
     /// Forgets the held message (its value stays in its record).
@@ -465,7 +491,7 @@ impl<'l> Runner<'l> {
     /// room.
     #[inline]
     fn gather<E: Engine>(&mut self, engine: &mut E, now: Instant) {
-        if !self.gather.buf.is_empty() {
+        if GATHER && !self.gather.buf.is_empty() {
             self.gather_out(engine, now);
         }
     }
@@ -547,7 +573,7 @@ impl<'l> Runner<'l> {
             };
             let ev = {
                 let io = d.engine.io();
-                let out = self.gather.or(io.tx);
+                let out = self.gather.or(GATHER, io.tx);
                 // Only what can complete is polled: no read while the engine
                 // lends no room, no write with nothing to write or flush, no
                 // timer without a deadline.
@@ -649,7 +675,7 @@ impl<'l> Runner<'l> {
             if d.engine.ended().is_some() {
                 return wrote_any;
             }
-            let idle = self.gather.start == self.gather.end && !d.engine.has_output();
+            let idle = self.gather.empty(GATHER) && !d.engine.has_output();
             let w = if idle {
                 if !st.unflushed {
                     return wrote_any;
@@ -659,7 +685,7 @@ impl<'l> Runner<'l> {
                     Poll::Pending => return wrote_any,
                 }
             } else {
-                let out = self.gather.or(d.engine.io().tx);
+                let out = self.gather.or(GATHER, d.engine.io().tx);
                 if out.is_empty() {
                     // Output that cannot go yet (a protocol step waits).
                     return wrote_any;
@@ -703,7 +729,7 @@ impl<'l> Runner<'l> {
     /// `n` bytes of what was lent for writing went out.
     fn transmitted<E: Engine>(&mut self, engine: &mut E, n: usize, now: Instant) {
         let g = &mut self.gather;
-        if g.buf.is_empty() {
+        if !GATHER || g.buf.is_empty() {
             engine.transmitted(n, now);
         } else {
             g.start = (g.start + n).min(g.end);
@@ -713,7 +739,7 @@ impl<'l> Runner<'l> {
     /// Whether nothing is left to write: the engine's output and the
     /// gather buffer are empty.
     fn drained<E: Engine>(&self, engine: &mut E) -> bool {
-        self.gather.start == self.gather.end && engine.io().tx.is_empty()
+        self.gather.empty(GATHER) && engine.io().tx.is_empty()
     }
 
     /// Hands the events to the engine; `Some` when the connection is over

@@ -471,7 +471,7 @@ impl<'a> Engine<'a> {
 /// over transports opened by `C`, timed by the clock `K`.
 pub struct Mqtt<'a, C: Connect, K: Clock> {
     engine: Engine<'a>,
-    runner: Runner<'a>,
+    runner: Runner<'a, true>,
     connect: C,
     clock: K,
     config: Config<'a>,
@@ -490,7 +490,7 @@ impl<'a, C: Connect, K: Clock> Mqtt<'a, C, K> {
         } = parts;
         Ok(Self {
             engine: Engine::new(&config, rx, tx, counters)?,
-            runner: Runner::new(),
+            runner: Runner::gathering(),
             connect,
             clock,
             config,
