@@ -288,7 +288,7 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
     {
         d.engine.open(d.clock.now());
         let stop = pin!(core::future::pending::<()>());
-        let limits = Limits {
+        let limits = Limits::<false> {
             open_until: None,
             close_for: Duration::ZERO,
             counted: false,
@@ -340,7 +340,7 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
             let failure = match opened {
                 Either3::First(Ok(mut conn)) => {
                     d.engine.open(d.clock.now());
-                    let limits = Limits {
+                    let limits = Limits::<true> {
                         open_until,
                         close_for: settings.close_timeout,
                         counted: true,
@@ -520,11 +520,11 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
     /// (written out here rather than awaited as a function of its own: a
     /// nested future would cost every round the moves into and out of its
     /// state), which go to the engine ([`Self::handle`]).
-    async fn connection<E, K, S, M, R, W, F>(
+    async fn connection<E, K, S, M, R, W, F, const RUN: bool>(
         &mut self,
         d: &mut Drive<'_, E, K, S, M>,
         (mut rx, mut tx): (R, W),
-        limits: Limits,
+        limits: Limits<RUN>,
         mut stop: Pin<&mut F>,
     ) -> Outcome<E::End>
     where
@@ -536,7 +536,7 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
         W: Write,
         F: Future<Output = ()>,
     {
-        let mut st = Conn {
+        let mut st = Conn::<RUN> {
             online: None,
             up: false,
             closing: None,
@@ -547,12 +547,12 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
         // events are in, used until the next wait.
         let mut now = d.clock.now();
         loop {
-            if let Some(o) = self.top(d, &mut st, limits.counted, now) {
+            if let Some(o) = self.top(d, &mut st, limits.counted(), now) {
                 return o;
             }
             // Offering and writing never wait: one poll of the task.
             let wrote = poll_fn(|cx| {
-                if st.closing.is_none() {
+                if st.closing().is_none() {
                     st.asked = self.feed(d, now, st.asked, cx);
                 }
                 self.gather(d.engine, now);
@@ -566,7 +566,7 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
             }
             let wake = st.wake(d.engine, &limits);
             let mut wait = Wait {
-                want: self.held.is_none() && d.engine.accepting() && st.closing.is_none(),
+                want: self.held.is_none() && d.engine.accepting() && st.closing().is_none(),
                 skip: st.asked,
                 looked: false,
                 parked: false,
@@ -582,7 +582,7 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
                 let mut write = pin!(writing.then(|| write_or_flush(&mut tx, out)));
                 let clock = d.clock;
                 let mut timer = pin!((wake != Instant::MAX).then(|| clock.sleep_until(wake)));
-                let mut stop = st.closing.is_none().then_some(stop.as_mut());
+                let mut stop = (RUN && st.closing().is_none()).then_some(stop.as_mut());
                 let source = &mut *d.source;
                 poll_fn(|cx| {
                     let futures = (read.as_mut(), write.as_mut(), timer.as_mut());
@@ -601,10 +601,10 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
 
     /// The top of a round: an ended connection's outcome; else the
     /// engine coming up, coming online, or waiting for a call.
-    fn top<E, K, S, M>(
+    fn top<E, K, S, M, const RUN: bool>(
         &mut self,
         d: &mut Drive<'_, E, K, S, M>,
-        st: &mut Conn,
+        st: &mut Conn<RUN>,
         counted: bool,
         now: Instant,
     ) -> Option<Outcome<E::End>>
@@ -614,7 +614,7 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
         M: MessageSource + ?Sized,
     {
         if let Some(end) = d.engine.ended() {
-            return Some(match (d.engine.reopen(), st.closing.is_some()) {
+            return Some(match (d.engine.reopen(), st.closing().is_some()) {
                 (true, _) => Outcome::Reopen,
                 (false, true) => Outcome::Stopped,
                 (false, false) => Outcome::Ended { end, up: st.up },
@@ -642,8 +642,13 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
     /// and flushed (the stop is done), `Some(false)` to go round again
     /// (the write ended the connection, or made room for the held
     /// message or a waiting step), `None` to wait.
-    fn after_write<E: Engine>(&self, engine: &mut E, st: &Conn, wrote: bool) -> Option<bool> {
-        if st.closing.is_some() && engine.closed() && self.drained(engine) && !st.unflushed {
+    fn after_write<E: Engine, const RUN: bool>(
+        &self,
+        engine: &mut E,
+        st: &Conn<RUN>,
+        wrote: bool,
+    ) -> Option<bool> {
+        if st.closing().is_some() && engine.closed() && self.drained(engine) && !st.unflushed {
             return Some(true);
         }
         let again = engine.ended().is_some() || wrote && (self.held.is_some() || engine.pending());
@@ -655,11 +660,11 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
     /// in the round that queued it, without a round of waiting. What the
     /// transport does not take at once is left to [`Self::wait`].
     /// `true`: something was written.
-    fn write_now<E, K, S, M, W>(
+    fn write_now<E, K, S, M, W, const RUN: bool>(
         &mut self,
         d: &mut Drive<'_, E, K, S, M>,
         tx: &mut W,
-        st: &mut Conn,
+        st: &mut Conn<RUN>,
         now: Instant,
         cx: &mut Context<'_>,
     ) -> bool
@@ -703,11 +708,11 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
     }
 
     /// Hands a write round's outcome to the engine.
-    fn written<E, K, S, M>(
+    fn written<E, K, S, M, const RUN: bool>(
         &mut self,
         d: &mut Drive<'_, E, K, S, M>,
         w: Written,
-        st: &mut Conn,
+        st: &mut Conn<RUN>,
         now: Instant,
     ) where
         E: Engine,
@@ -744,12 +749,12 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
 
     /// Hands the events to the engine; `Some` when the connection is over
     /// for the runner's own reasons (a timeout, a stop).
-    fn handle<E, K, S, M>(
+    fn handle<E, K, S, M, const RUN: bool>(
         &mut self,
         d: &mut Drive<'_, E, K, S, M>,
         ev: Events,
-        st: &mut Conn,
-        limits: &Limits,
+        st: &mut Conn<RUN>,
+        limits: &Limits<RUN>,
         now: Instant,
     ) -> Option<Outcome<E::End>>
     where
@@ -772,7 +777,7 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
         if let Some(r) = ev.ready {
             self.held = Some(r);
         }
-        if ev.stop {
+        if RUN && ev.stop {
             if !st.up {
                 return Some(Outcome::Stopped);
             }
@@ -780,11 +785,11 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
             st.closing = Some(now + limits.close_for);
         }
         if ev.timer {
-            if st.closing.is_some_and(|t| now >= t) {
+            if st.closing().is_some_and(|t| now >= t) {
                 log_warn!("{}: stopping without a clean goodbye", E::NAME);
                 return Some(Outcome::Stopped);
             }
-            if !st.up && limits.open_until.is_some_and(|t| now >= t) {
+            if !st.up && limits.open_until().is_some_and(|t| now >= t) {
                 return Some(Outcome::TimedOut);
             }
             if d.engine.poll_at().is_some_and(|t| now >= t) {
@@ -795,9 +800,12 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
     }
 }
 
-/// Time limits of one connection.
+/// Time limits of one connection. `RUN`: a reconnecting run; a single
+/// connection ([`Runner::one`]) has no timeout, no stop and is not
+/// counted, known at compile time so that none of that code is linked
+/// for it.
 #[derive(Clone, Copy)]
-struct Limits {
+struct Limits<const RUN: bool> {
     /// The engine must come up by then.
     open_until: Option<Instant>,
     /// The goodbye may take this long.
@@ -807,8 +815,20 @@ struct Limits {
     counted: bool,
 }
 
-/// One connection's runner state.
-struct Conn {
+impl<const RUN: bool> Limits<RUN> {
+    /// The engine must come up by then.
+    fn open_until(&self) -> Option<Instant> {
+        self.open_until.filter(|_| RUN)
+    }
+
+    /// Count the connection and replay state when it comes up.
+    fn counted(&self) -> bool {
+        RUN && self.counted
+    }
+}
+
+/// One connection's runner state (`RUN`: as [`Limits`]).
+struct Conn<const RUN: bool> {
     /// The sequence last reported online in this connection.
     online: Option<u64>,
     up: bool,
@@ -820,14 +840,19 @@ struct Conn {
     asked: bool,
 }
 
-impl Conn {
+impl<const RUN: bool> Conn<RUN> {
+    /// A stop came: the goodbye must be done by then (only a run stops).
+    fn closing(&self) -> Option<Instant> {
+        self.closing.filter(|_| RUN)
+    }
+
     /// The next instant the runner must wake for time.
-    fn wake<E: Engine>(&self, engine: &E, limits: &Limits) -> Instant {
+    fn wake<E: Engine>(&self, engine: &E, limits: &Limits<RUN>) -> Instant {
         let mut wake = engine.poll_at().unwrap_or(Instant::MAX);
         if !self.up {
-            wake = wake.min(limits.open_until.unwrap_or(Instant::MAX));
+            wake = wake.min(limits.open_until().unwrap_or(Instant::MAX));
         }
-        wake.min(self.closing.unwrap_or(Instant::MAX))
+        wake.min(self.closing().unwrap_or(Instant::MAX))
     }
 }
 
