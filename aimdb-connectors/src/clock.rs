@@ -128,6 +128,9 @@ impl EmbassyClock {
 
 #[cfg(feature = "embassy-time")]
 impl Clock for EmbassyClock {
+    // Out of line: the runner reads the clock in several places, each a
+    // copy of the driver call and the conversion otherwise.
+    #[inline(never)]
     fn now(&self) -> Instant {
         let ticks = embassy_time::Instant::now().as_ticks();
         Instant(mul_u64_u32(ticks, Self::DEN) / u64::from(Self::NUM))
