@@ -332,10 +332,8 @@ struct ConnectorView {
 struct BacklogView {
     depth: u32,
     bytes: u32,
-    in_flight: u32,
     behind_ms: u32,
     dropped: u32,
-    refused: u32,
     erases: u32,
     flash_errors: u32,
 }
@@ -345,10 +343,8 @@ impl From<aimdb_core::remote::BacklogCounters> for BacklogView {
         Self {
             depth: b.depth,
             bytes: b.bytes,
-            in_flight: b.in_flight,
             behind_ms: b.behind_ms,
             dropped: b.dropped,
-            refused: b.refused,
             erases: b.erases,
             flash_errors: b.flash_errors,
         }
@@ -467,10 +463,8 @@ impl View for StatsView {
                         (*name).into(),
                         b.depth.to_string(),
                         b.bytes.to_string(),
-                        b.in_flight.to_string(),
                         behind(b.behind_ms),
                         b.dropped.to_string(),
-                        b.refused.to_string(),
                         b.erases.to_string(),
                         b.flash_errors.to_string(),
                     ]

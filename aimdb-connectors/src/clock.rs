@@ -128,8 +128,12 @@ impl EmbassyClock {
 
 #[cfg(feature = "embassy-time")]
 impl Clock for EmbassyClock {
+    // Out of line: the runner reads the clock in several places, each a
+    // copy of the driver call and the conversion otherwise.
+    #[inline(never)]
     fn now(&self) -> Instant {
-        Instant(embassy_time::Instant::now().as_micros())
+        let ticks = embassy_time::Instant::now().as_ticks();
+        Instant(mul_u64_u32(ticks, Self::DEN) / u64::from(Self::NUM))
     }
     async fn sleep_until(&self, at: Instant) {
         if at == Instant::MAX {
@@ -144,6 +148,36 @@ impl Clock for EmbassyClock {
             embassy_time::Timer::after_ticks(u64::from(ticks)).await;
         }
     }
+}
+
+/// `a * b`, wrapping, as embassy's `as_micros` takes it. The clock is read
+/// every round, and a Cortex-M0 has no 64-bit multiply (its library
+/// routine costs about 40 instructions a call): there a factor of at most
+/// 16 bits goes through [`mul_by_halves`].
+#[cfg(feature = "embassy-time")]
+#[inline(always)]
+fn mul_u64_u32(a: u64, b: u32) -> u64 {
+    if cfg!(all(
+        target_feature = "thumb-mode",
+        not(target_feature = "thumb2")
+    )) && b <= 0xffff
+    {
+        mul_by_halves(a, b)
+    } else {
+        a.wrapping_mul(u64::from(b))
+    }
+}
+
+/// `a * b`, wrapping, for a `b` of at most 16 bits, in three 32-bit
+/// multiplications: the low word in 16-bit halves, so no product
+/// overflows 32 bits.
+#[cfg(any(feature = "embassy-time", test))]
+#[inline(always)]
+fn mul_by_halves(a: u64, b: u32) -> u64 {
+    let (hi, lo) = ((a >> 32) as u32, a as u32);
+    (u64::from(hi.wrapping_mul(b)) << 32)
+        .wrapping_add(u64::from((lo >> 16) * b) << 16)
+        .wrapping_add(u64::from((lo & 0xffff) * b))
 }
 
 /// The ticks (`num / den` per microsecond) covering `us` microseconds,
@@ -191,6 +225,29 @@ mod tests {
         );
         assert_eq!(ticks_ceil(step, 512, 15_625), 274_878);
         assert_eq!(ticks_ceil(0, 512, 15_625), 0);
+    }
+
+    #[test]
+    fn a_product_by_halves_is_the_wrapping_product() {
+        let values = [
+            0,
+            1,
+            999,
+            0xffff,
+            0x1_0000,
+            u64::from(u32::MAX),
+            1 << 40,
+            u64::MAX,
+        ];
+        for a in values {
+            for b in [0, 1, 512, 1_000, 15_625, 0xffff] {
+                assert_eq!(
+                    mul_by_halves(a, b),
+                    a.wrapping_mul(u64::from(b)),
+                    "{a} * {b}"
+                );
+            }
+        }
     }
 
     #[test]

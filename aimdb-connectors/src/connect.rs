@@ -18,6 +18,7 @@
 //! `embassy_net::TcpConnect` (`embassy-net`).
 
 use core::fmt;
+use core::future::Future;
 
 use embedded_io_async::{ErrorType, Read, ReadReady, Write};
 
@@ -52,15 +53,46 @@ pub trait Connection {
 /// Two halves that are already apart, lent as they are.
 impl<R: Read, W: Write<Error = R::Error>> Connection for (R, W) {
     type Rx<'h>
-        = &'h mut R
+        = Half<'h, R>
     where
         Self: 'h;
     type Tx<'h>
-        = &'h mut W
+        = Half<'h, W>
     where
         Self: 'h;
-    fn split(&mut self) -> (&mut R, &mut W) {
-        (&mut self.0, &mut self.1)
+    fn split(&mut self) -> (Half<'_, R>, Half<'_, W>) {
+        (Half(&mut self.0), Half(&mut self.1))
+    }
+}
+
+/// One half of a connection, lent by [`Connection::split`]: its reads and
+/// writes are the half's own futures (a `&mut R` would wrap each in a
+/// future of its own, a cost on every read and write).
+#[derive(Debug)]
+pub struct Half<'h, T>(&'h mut T);
+
+impl<T: ErrorType> ErrorType for Half<'_, T> {
+    type Error = T::Error;
+}
+
+impl<T: Read> Read for Half<'_, T> {
+    fn read(&mut self, buf: &mut [u8]) -> impl Future<Output = Result<usize, T::Error>> {
+        self.0.read(buf)
+    }
+}
+
+impl<T: Write> Write for Half<'_, T> {
+    fn write(&mut self, buf: &[u8]) -> impl Future<Output = Result<usize, T::Error>> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> impl Future<Output = Result<(), T::Error>> {
+        self.0.flush()
+    }
+}
+
+impl<T: ReadReady> ReadReady for Half<'_, T> {
+    fn read_ready(&mut self) -> Result<bool, T::Error> {
+        self.0.read_ready()
     }
 }
 
@@ -158,9 +190,8 @@ where
     }
 }
 
-/// The connection of an always-open pair: its two halves, lent (as
-/// `&mut R` and `&mut W`; a pair of references would lend references to
-/// them).
+/// The connection of an always-open pair: its two halves, lent (each as a
+/// [`Half`]; a pair of references would lend references to them).
 #[derive(Debug)]
 pub struct Lent<'c, R, W> {
     rx: &'c mut R,
@@ -169,15 +200,15 @@ pub struct Lent<'c, R, W> {
 
 impl<R: Read, W: Write<Error = R::Error>> Connection for Lent<'_, R, W> {
     type Rx<'h>
-        = &'h mut R
+        = Half<'h, R>
     where
         Self: 'h;
     type Tx<'h>
-        = &'h mut W
+        = Half<'h, W>
     where
         Self: 'h;
-    fn split(&mut self) -> (&mut R, &mut W) {
-        (&mut *self.rx, &mut *self.tx)
+    fn split(&mut self) -> (Half<'_, R>, Half<'_, W>) {
+        (Half(&mut *self.rx), Half(&mut *self.tx))
     }
 }
 
@@ -240,7 +271,7 @@ mod tests {
             // Half a packet the previous connection never read.
             peer_tx.write_all(&[0x30; 40]).await.unwrap();
             let mut conn = halves.connect().await.unwrap();
-            let (rx, tx) = conn.split();
+            let (mut rx, mut tx) = conn.split();
             assert_eq!(rx.read_ready(), Ok(false), "left-overs drained");
             peer_tx.write_all(b"new").await.unwrap();
             let mut buf = [0u8; 8];
@@ -258,7 +289,7 @@ mod tests {
         pair.close();
         block_on(async {
             let mut conn = halves.connect().await.unwrap();
-            let (rx, _) = conn.split();
+            let (mut rx, _) = conn.split();
             let mut buf = [0u8; 4];
             assert_eq!(rx.read(&mut buf).await.unwrap(), 0, "still closed");
         });

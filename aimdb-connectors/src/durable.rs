@@ -8,17 +8,20 @@
 //! nothing.
 
 use core::convert::Infallible;
-use core::future::{poll_fn, Future};
+use core::future::Future;
 use core::task::{Context, Poll};
 
-use aimdb_core::connector::Message;
-
 use crate::clock::{Clock, Instant};
-use crate::engine::{Delivery, Id};
+use crate::engine::{Engine, Id};
 
 /// A durable backlog with the routes that feed it, as the runner drives
 /// it.
-#[allow(async_fn_in_trait)]
+///
+/// Its calls are synchronous: flash operations run to completion inside
+/// them (a flash driver that waits for an interrupt is polled until it is
+/// done, the runner's task doing nothing else meanwhile). So a backlog
+/// adds no waiting point to the runner's round, and `()` adds nothing at
+/// all.
 pub trait Durable {
     /// Whether there is a backlog (`()`: none, and the runner skips every
     /// step).
@@ -28,30 +31,36 @@ pub trait Durable {
     /// the task's waker registered.
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()>;
 
-    /// Stores what the durable routes have ready (a bounded burst).
-    async fn store(&mut self, now: Instant);
-
-    /// Applies what the engine reported delivered (and lost).
-    async fn settle(&mut self, delivery: Delivery, now: Instant);
-
-    /// The oldest stored value not yet handed to the engine, with its id.
-    async fn next(&mut self) -> Option<(Message<'_>, Id)>;
-
-    /// The engine took the value [`Durable::next`] returned.
-    fn sent(&mut self);
-
-    /// The engine can never take it (too large): it is removed.
-    async fn discard(&mut self, now: Instant);
+    /// One round beside a connection: what `engine` reports delivered is
+    /// removed (what it lost is offered again), what the routes have
+    /// ready is stored (the routes then hold `cx`'s waker), and, with
+    /// `offer`, stored values go to the engine while it takes them.
+    fn round<E: Engine>(&mut self, engine: &mut E, offer: bool, now: Instant, cx: &mut Context<'_>);
 
     /// Stores the durable routes' values as they come, for ever: what
     /// the runner runs beside a connection attempt and a backoff.
+    fn keep<'a, K: Clock>(&'a mut self, clock: &'a K) -> impl Future<Output = Infallible> + 'a;
+}
+
+impl<T: Durable + ?Sized> Durable for &mut T {
+    const ON: bool = T::ON;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        (**self).poll_ready(cx)
+    }
+
+    fn round<E: Engine>(
+        &mut self,
+        engine: &mut E,
+        offer: bool,
+        now: Instant,
+        cx: &mut Context<'_>,
+    ) {
+        (**self).round(engine, offer, now, cx);
+    }
+
     fn keep<'a, K: Clock>(&'a mut self, clock: &'a K) -> impl Future<Output = Infallible> + 'a {
-        async move {
-            loop {
-                poll_fn(|cx| self.poll_ready(cx)).await;
-                self.store(clock.now()).await;
-            }
-        }
+        (**self).keep(clock)
     }
 }
 
@@ -62,17 +71,8 @@ impl Durable for () {
         Poll::Pending
     }
 
-    async fn store(&mut self, _now: Instant) {}
-
-    async fn settle(&mut self, _delivery: Delivery, _now: Instant) {}
-
-    async fn next(&mut self) -> Option<(Message<'_>, Id)> {
-        None
-    }
-
-    fn sent(&mut self) {}
-
-    async fn discard(&mut self, _now: Instant) {}
+    #[inline(always)]
+    fn round<E: Engine>(&mut self, _: &mut E, _: bool, _: Instant, _: &mut Context<'_>) {}
 
     fn keep<'a, K: Clock>(&'a mut self, _clock: &'a K) -> impl Future<Output = Infallible> + 'a {
         core::future::pending()

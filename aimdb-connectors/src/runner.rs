@@ -45,7 +45,6 @@ use aimdb_core::presence::{self, LinkState};
 use aimdb_core::record::Sink;
 use embassy_futures::select::{select, select3, Either, Either3};
 use embedded_io_async::{Error as _, ErrorKind, Read, Write};
-use portable_atomic::{AtomicBool, Ordering};
 
 use crate::clock::{Clock, Instant};
 use crate::connect::{Connect, Connection};
@@ -71,9 +70,10 @@ pub struct Settings {
     pub close_timeout: Duration,
 }
 
-/// What one run drives: the engine, the clock, and the two tables.
+/// What one run drives: the engine, the clock, the two tables and,
+/// optionally, a durable backlog.
 #[derive(Debug)]
-pub struct Drive<'d, E, K, S: ?Sized, M: ?Sized> {
+pub struct Drive<'d, E, K, S: ?Sized, M: ?Sized, D = ()> {
     /// The protocol.
     pub engine: &'d mut E,
     /// The one clock.
@@ -82,6 +82,12 @@ pub struct Drive<'d, E, K, S: ?Sized, M: ?Sized> {
     pub sink: &'d mut S,
     /// Where outbound messages come from (an `outbound::Routes`).
     pub source: &'d mut M,
+    /// The durable routes and their backlog (`backlog::Durable`, by
+    /// `&mut`); `()`: none. Their values are stored as they come,
+    /// connected or not, offered from storage oldest first, and removed
+    /// once the engine reports them delivered ([`crate::durable`]); the
+    /// engine must track delivery ([`Engine::TRACKS`]).
+    pub durable: D,
 }
 
 /// Where the link state goes, and what was last written there.
@@ -116,15 +122,21 @@ struct Gather<'g> {
 }
 
 impl Gather<'_> {
-    /// What to write: the gathered bytes, or with no gather buffer the
-    /// engine's own `tx`.
+    /// What to write: with a gather buffer (`on`: the runner gathers)
+    /// the gathered bytes, else the engine's own `tx`.
     #[inline(always)]
-    fn or<'a>(&'a self, tx: &'a [u8]) -> &'a [u8] {
-        if self.buf.is_empty() {
-            tx
-        } else {
+    fn or<'a>(&'a self, on: bool, tx: &'a [u8]) -> &'a [u8] {
+        if on && !self.buf.is_empty() {
             &self.buf[self.start..self.end]
+        } else {
+            tx
         }
+    }
+
+    /// Whether nothing gathered waits (`on`: the runner gathers).
+    #[inline(always)]
+    fn empty(&self, on: bool) -> bool {
+        !on || self.start == self.end
     }
 }
 
@@ -166,11 +178,16 @@ enum Outcome<X> {
 /// let pair = Pair::<NoopRawMutex, 64>::new();
 /// let (rx, tx) = pair.a();
 /// pair.close();
-/// let mut d = Drive { engine: &mut engine, clock: &Frozen, sink: &mut sink, source: &mut source };
+/// let mut d = Drive { engine: &mut engine, clock: &Frozen, sink: &mut sink, source: &mut source, durable: () };
 /// let end = futures::executor::block_on(runner.one(&mut d, rx, tx));
 /// assert_eq!(end, framed::Error::Closed);
 /// ```
-pub struct Runner<'l> {
+///
+/// `GATHER`: whether the runner can gather engine output into a buffer
+/// ([`Runner::gathering`], [`Runner::set_gather`]). A type of its own, so
+/// a connector that never gathers (`Runner::new`) links none of that
+/// code.
+pub struct Runner<'l, const GATHER: bool = false> {
     /// A message taken from the source that the engine has not taken.
     held: Option<Ready>,
     link: Report<'l>,
@@ -187,7 +204,7 @@ impl Default for Runner<'_> {
     }
 }
 
-impl core::fmt::Debug for Runner<'_> {
+impl<const GATHER: bool> core::fmt::Debug for Runner<'_, GATHER> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Runner")
             .field("held", &self.held.is_some())
@@ -196,10 +213,35 @@ impl core::fmt::Debug for Runner<'_> {
     }
 }
 
-impl<'l> Runner<'l> {
+impl Runner<'_> {
     /// A runner that reports no link state and writes the engine's
     /// output as it comes.
     pub const fn new() -> Self {
+        Self::empty()
+    }
+}
+
+impl<'l> Runner<'l, true> {
+    /// A runner that gathers engine output once given a buffer
+    /// ([`Self::set_gather`]); until then it writes the output as it
+    /// comes, as [`Runner::new`]'s does.
+    pub const fn gathering() -> Self {
+        Self::empty()
+    }
+
+    /// Gathers engine output into `buf` before writing it, so a burst
+    /// leaves in one transport write.
+    pub fn set_gather(&mut self, buf: &'l mut [u8]) {
+        self.gather = Gather {
+            buf,
+            start: 0,
+            end: 0,
+        };
+    }
+}
+
+impl<'l, const GATHER: bool> Runner<'l, GATHER> {
+    const fn empty() -> Self {
         Self {
             held: None,
             link: Report {
@@ -221,16 +263,6 @@ impl<'l> Runner<'l> {
         self.link.sink = Some(sink);
     }
 
-    /// Gathers engine output into `buf` before writing it, so a burst
-    /// leaves in one transport write.
-    pub fn set_gather(&mut self, buf: &'l mut [u8]) {
-        self.gather = Gather {
-            buf,
-            start: 0,
-            end: 0,
-        };
-    }
-
     /// Forgets the held message (its value stays in its record).
     pub fn discard_held(&mut self) {
         self.held = None;
@@ -248,9 +280,9 @@ impl<'l> Runner<'l> {
     ///
     /// Dropping the future loses nothing the engine holds; a message the
     /// engine could not take yet stays held for the next run.
-    pub async fn one<E, K, S, M, R, W>(
+    pub async fn one<E, K, S, M, D, R, W>(
         &mut self,
-        d: &mut Drive<'_, E, K, S, M>,
+        d: &mut Drive<'_, E, K, S, M, D>,
         rx: R,
         tx: W,
     ) -> E::End
@@ -259,17 +291,18 @@ impl<'l> Runner<'l> {
         K: Clock,
         S: FrameSink + ?Sized,
         M: MessageSource + ?Sized,
+        D: Durable,
         R: Read,
         W: Write,
     {
         d.engine.open(d.clock.now());
         let stop = pin!(core::future::pending::<()>());
-        let limits = Limits {
+        let limits = Limits::<false> {
             open_until: None,
             close_for: Duration::ZERO,
             counted: false,
         };
-        match self.connection(d, &mut (), (rx, tx), limits, stop).await {
+        match self.connection(d, (rx, tx), limits, stop).await {
             Outcome::Ended { end, .. } => {
                 self.ended(d.engine, end);
                 end
@@ -285,38 +318,9 @@ impl<'l> Runner<'l> {
     /// # Cancel safety
     ///
     /// As [`Self::one`]; the connection is dropped without a goodbye.
-    pub async fn run<E, K, S, M, C, F>(
+    pub async fn run<E, K, S, M, D, C, F>(
         &mut self,
-        d: &mut Drive<'_, E, K, S, M>,
-        connect: &mut C,
-        settings: &Settings,
-        stop: F,
-    ) -> Stopped
-    where
-        E: Engine,
-        K: Clock,
-        S: FrameSink + ?Sized,
-        M: MessageSource + ?Sized,
-        C: Connect,
-        F: Future<Output = ()>,
-    {
-        self.run_durable(d, &mut (), connect, settings, stop).await
-    }
-
-    /// As [`Self::run`], with a durable backlog: the values of its routes
-    /// are stored as they come, connected or not, offered from storage
-    /// oldest first, and removed once the engine reports them delivered
-    /// ([`crate::durable`]). The engine must track delivery
-    /// ([`Engine::TRACKS`]).
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Self::run`]; a store or removal under way when the future is
-    /// dropped happened or did not, as after a power cut.
-    pub async fn run_durable<E, K, S, M, D, C, F>(
-        &mut self,
-        d: &mut Drive<'_, E, K, S, M>,
-        durable: &mut D,
+        d: &mut Drive<'_, E, K, S, M, D>,
         connect: &mut C,
         settings: &Settings,
         stop: F,
@@ -347,20 +351,20 @@ impl<'l> Runner<'l> {
             let opening = select3(connect.connect(), d.clock.sleep_until(until), stop.as_mut());
             // The backlog stores meanwhile (without one, its keeper is a
             // future that never completes and holds nothing).
-            let opened = match select(opening, durable.keep(d.clock)).await {
+            let opened = match select(opening, d.durable.keep(d.clock)).await {
                 Either::First(opened) => opened,
                 Either::Second(never) => match never {},
             };
             let failure = match opened {
                 Either3::First(Ok(mut conn)) => {
                     d.engine.open(d.clock.now());
-                    let limits = Limits {
+                    let limits = Limits::<true> {
                         open_until,
                         close_for: settings.close_timeout,
                         counted: true,
                     };
                     match self
-                        .connection(d, durable, conn.split(), limits, stop.as_mut())
+                        .connection(d, conn.split(), limits, stop.as_mut())
                         .await
                     {
                         Outcome::Reopen => continue,
@@ -379,7 +383,7 @@ impl<'l> Runner<'l> {
                                 return Stopped::Disconnected;
                             }
                             let wait = settings.backoff.delay(1);
-                            if Self::backoff(d.clock, wait, stop.as_mut(), durable).await {
+                            if Self::backoff(d.clock, wait, stop.as_mut(), &mut d.durable).await {
                                 return self.stopped(d.engine);
                             }
                             continue;
@@ -399,7 +403,7 @@ impl<'l> Runner<'l> {
                 return Stopped::ConnectFailed(failures);
             }
             let wait = settings.backoff.delay(failures.saturating_add(1));
-            if Self::backoff(d.clock, wait, stop.as_mut(), durable).await {
+            if Self::backoff(d.clock, wait, stop.as_mut(), &mut d.durable).await {
                 return self.stopped(d.engine);
             }
         }
@@ -445,7 +449,7 @@ impl<'l> Runner<'l> {
 
     /// The connection came up: counted, and from the second on, state
     /// replayed (the held message still goes first).
-    fn came_up<E, K, S, M>(&mut self, d: &mut Drive<'_, E, K, S, M>, counted: bool)
+    fn came_up<E, K, S, M, D>(&mut self, d: &mut Drive<'_, E, K, S, M, D>, counted: bool)
     where
         E: Engine,
         S: ?Sized,
@@ -467,9 +471,9 @@ impl<'l> Runner<'l> {
     /// source had nothing and holds this task's waker, and the task has
     /// not parked since) only the held message. `true`: the source had
     /// nothing and holds this task's waker.
-    fn feed<E, K, S, M>(
+    fn feed<E, K, S, M, D>(
         &mut self,
-        d: &mut Drive<'_, E, K, S, M>,
+        d: &mut Drive<'_, E, K, S, M, D>,
         now: Instant,
         asked: bool,
         cx: &mut Context<'_>,
@@ -508,7 +512,7 @@ impl<'l> Runner<'l> {
     /// room.
     #[inline]
     fn gather<E: Engine>(&mut self, engine: &mut E, now: Instant) {
-        if !self.gather.buf.is_empty() {
+        if GATHER && !self.gather.buf.is_empty() {
             self.gather_out(engine, now);
         }
     }
@@ -531,12 +535,17 @@ impl<'l> Runner<'l> {
     }
 
     /// Drives one open connection until it ends.
-    async fn connection<E, K, S, M, D, R, W, F>(
+    ///
+    /// Each round: the engine's state looked at ([`Self::top`]), what is
+    /// ready offered and written, then the wait for the next events
+    /// (written out here rather than awaited as a function of its own: a
+    /// nested future would cost every round the moves into and out of its
+    /// state), which go to the engine ([`Self::handle`]).
+    async fn connection<E, K, S, M, D, R, W, F, const RUN: bool>(
         &mut self,
-        d: &mut Drive<'_, E, K, S, M>,
-        durable: &mut D,
+        d: &mut Drive<'_, E, K, S, M, D>,
         (mut rx, mut tx): (R, W),
-        limits: Limits,
+        limits: Limits<RUN>,
         mut stop: Pin<&mut F>,
     ) -> Outcome<E::End>
     where
@@ -549,7 +558,7 @@ impl<'l> Runner<'l> {
         W: Write,
         F: Future<Output = ()>,
     {
-        let mut st = Conn {
+        let mut st = Conn::<RUN> {
             online: None,
             up: false,
             closing: None,
@@ -560,57 +569,61 @@ impl<'l> Runner<'l> {
         // events are in, used until the next wait.
         let mut now = d.clock.now();
         loop {
-            if let Some(end) = d.engine.ended() {
-                return match (d.engine.reopen(), st.closing.is_some()) {
-                    (true, _) => Outcome::Reopen,
-                    (false, true) => Outcome::Stopped,
-                    (false, false) => Outcome::Ended { end, up: st.up },
-                };
-            }
-            if !st.up && d.engine.accepting() {
-                st.up = true;
-                self.came_up(d, limits.counted);
-            }
-            let online = d.engine.online();
-            if online != st.online {
-                st.online = online;
-                if let Some(seq) = online {
-                    self.last_online = Some(seq);
-                    self.link.set(LinkState::online(seq));
-                }
-            }
-            if d.engine.pending() {
-                d.engine.received(0, now, d.sink);
-            }
-            if D::ON {
-                self.durable_round(d, durable, st.closing.is_some(), now)
-                    .await;
+            if let Some(o) = self.top(d, &mut st, limits.counted(), now) {
+                return o;
             }
 
             // Offering and writing never wait: one poll of the task.
             let wrote = poll_fn(|cx| {
-                if st.closing.is_none() {
+                if D::ON {
+                    d.durable.round(d.engine, st.closing().is_none(), now, cx);
+                }
+                if st.closing().is_none() {
                     st.asked = self.feed(d, now, st.asked, cx);
                 }
                 self.gather(d.engine, now);
                 Poll::Ready(self.write_now(d, &mut tx, &mut st, now, cx))
             })
             .await;
-            if st.closing.is_some() && d.engine.closed() && self.drained(d.engine) && !st.unflushed
-            {
-                // The goodbye is written and flushed.
-                return Outcome::Stopped;
-            }
-            let ended = d.engine.ended().is_some();
-            if ended || wrote && (self.held.is_some() || d.engine.pending()) {
-                // The write ended the connection; or room was made: the
-                // held message or a waiting step first.
-                continue;
+            match self.after_write(d.engine, &st, wrote) {
+                Some(true) => return Outcome::Stopped,
+                Some(false) => continue,
+                None => {}
             }
             let wake = st.wake(d.engine, &limits);
-            let ev = self
-                .wait(d, durable, (&mut rx, &mut tx), &mut st, wake, stop.as_mut())
-                .await;
+            let mut wait = Wait {
+                want: self.held.is_none() && d.engine.accepting() && st.closing().is_none(),
+                skip: st.asked,
+                looked: false,
+                parked: false,
+            };
+            let ev = {
+                let io = d.engine.io();
+                let out = self.gather.or(GATHER, io.tx);
+                // Only what can complete is polled: no read while the engine
+                // lends no room, no write with nothing to write or flush, no
+                // timer without a deadline.
+                let mut read = pin!((!io.rx.is_empty()).then(|| rx.read(io.rx)));
+                let writing = !out.is_empty() || st.unflushed;
+                let mut write = pin!(writing.then(|| write_or_flush(&mut tx, out)));
+                let clock = d.clock;
+                let mut timer = pin!((wake != Instant::MAX).then(|| clock.sleep_until(wake)));
+                let mut stop = (RUN && st.closing().is_none()).then_some(stop.as_mut());
+                let source = &mut *d.source;
+                poll_fn(|cx| {
+                    let futures = (read.as_mut(), write.as_mut(), timer.as_mut());
+                    let ev = wait.poll(cx, source, futures, stop.as_mut());
+                    // A durable value to store: the round after this
+                    // stores it.
+                    if D::ON && ev.is_pending() && d.durable.poll_ready(cx).is_ready() {
+                        return Poll::Ready(Events::default());
+                    }
+                    ev
+                })
+                .await
+            };
+            // After a park, a wake may have taken the source's registration.
+            st.asked = ev.ready.is_none() && (wait.looked || (!wait.parked && st.asked));
             now = d.clock.now();
             if let Some(o) = self.handle(d, ev, &mut st, &limits, now) {
                 return o;
@@ -618,46 +631,60 @@ impl<'l> Runner<'l> {
         }
     }
 
-    /// The backlog's part of a round: what the engine reports delivered is
-    /// removed, what the durable routes have ready is stored, and stored
-    /// values go to the engine while it takes them (not while closing).
-    async fn durable_round<E, K, S, M, D>(
+    /// The top of a round: an ended connection's outcome; else the
+    /// engine coming up, coming online, or waiting for a call.
+    fn top<E, K, S, M, D, const RUN: bool>(
         &mut self,
-        d: &mut Drive<'_, E, K, S, M>,
-        durable: &mut D,
-        closing: bool,
+        d: &mut Drive<'_, E, K, S, M, D>,
+        st: &mut Conn<RUN>,
+        counted: bool,
         now: Instant,
-    ) where
+    ) -> Option<Outcome<E::End>>
+    where
         E: Engine,
-        S: ?Sized,
-        M: ?Sized,
-        D: Durable,
+        S: FrameSink + ?Sized,
+        M: MessageSource + ?Sized,
     {
-        if !D::ON {
-            // Nothing of the round is compiled in without a backlog.
-            return;
+        if let Some(end) = d.engine.ended() {
+            return Some(match (d.engine.reopen(), st.closing().is_some()) {
+                (true, _) => Outcome::Reopen,
+                (false, true) => Outcome::Stopped,
+                (false, false) => Outcome::Ended { end, up: st.up },
+            });
         }
-        let delivery = d.engine.delivered();
-        if delivery.acked > 0 || delivery.lost {
-            durable.settle(delivery, now).await;
+        if !st.up && d.engine.accepting() {
+            st.up = true;
+            self.came_up(d, counted);
         }
-        durable.store(now).await;
-        for _ in 0..BURST {
-            if closing || !d.engine.accepting() {
-                return;
-            }
-            let Some((m, id)) = durable.next().await else {
-                return;
-            };
-            match d.engine.offer_tracked(&m, id, now) {
-                Offer::Accepted => {
-                    durable.sent();
-                    self.gather(d.engine, now);
-                }
-                Offer::Busy => return,
-                Offer::TooLarge => durable.discard(now).await,
+        let online = d.engine.online();
+        if online != st.online {
+            st.online = online;
+            if let Some(seq) = online {
+                self.last_online = Some(seq);
+                self.link.set(LinkState::online(seq));
             }
         }
+        if d.engine.pending() {
+            d.engine.received(0, now, d.sink);
+        }
+        None
+    }
+
+    /// After a round's writes: `Some(true)` when the goodbye is written
+    /// and flushed (the stop is done), `Some(false)` to go round again
+    /// (the write ended the connection, or made room for the held
+    /// message or a waiting step), `None` to wait.
+    fn after_write<E: Engine, const RUN: bool>(
+        &self,
+        engine: &mut E,
+        st: &Conn<RUN>,
+        wrote: bool,
+    ) -> Option<bool> {
+        if st.closing().is_some() && engine.closed() && self.drained(engine) && !st.unflushed {
+            return Some(true);
+        }
+        let again = engine.ended().is_some() || wrote && (self.held.is_some() || engine.pending());
+        again.then_some(false)
     }
 
     /// Writes what is queued as long as the transport takes it at once
@@ -665,11 +692,11 @@ impl<'l> Runner<'l> {
     /// in the round that queued it, without a round of waiting. What the
     /// transport does not take at once is left to [`Self::wait`].
     /// `true`: something was written.
-    fn write_now<E, K, S, M, W>(
+    fn write_now<E, K, S, M, D, W, const RUN: bool>(
         &mut self,
-        d: &mut Drive<'_, E, K, S, M>,
+        d: &mut Drive<'_, E, K, S, M, D>,
         tx: &mut W,
-        st: &mut Conn,
+        st: &mut Conn<RUN>,
         now: Instant,
         cx: &mut Context<'_>,
     ) -> bool
@@ -685,7 +712,7 @@ impl<'l> Runner<'l> {
             if d.engine.ended().is_some() {
                 return wrote_any;
             }
-            let idle = self.gather.start == self.gather.end && !d.engine.has_output();
+            let idle = self.gather.empty(GATHER) && !d.engine.has_output();
             let w = if idle {
                 if !st.unflushed {
                     return wrote_any;
@@ -695,7 +722,7 @@ impl<'l> Runner<'l> {
                     Poll::Pending => return wrote_any,
                 }
             } else {
-                let out = self.gather.or(d.engine.io().tx);
+                let out = self.gather.or(GATHER, d.engine.io().tx);
                 if out.is_empty() {
                     // Output that cannot go yet (a protocol step waits).
                     return wrote_any;
@@ -713,11 +740,11 @@ impl<'l> Runner<'l> {
     }
 
     /// Hands a write round's outcome to the engine.
-    fn written<E, K, S, M>(
+    fn written<E, K, S, M, D, const RUN: bool>(
         &mut self,
-        d: &mut Drive<'_, E, K, S, M>,
+        d: &mut Drive<'_, E, K, S, M, D>,
         w: Written,
-        st: &mut Conn,
+        st: &mut Conn<RUN>,
         now: Instant,
     ) where
         E: Engine,
@@ -739,7 +766,7 @@ impl<'l> Runner<'l> {
     /// `n` bytes of what was lent for writing went out.
     fn transmitted<E: Engine>(&mut self, engine: &mut E, n: usize, now: Instant) {
         let g = &mut self.gather;
-        if g.buf.is_empty() {
+        if !GATHER || g.buf.is_empty() {
             engine.transmitted(n, now);
         } else {
             g.start = (g.start + n).min(g.end);
@@ -749,114 +776,17 @@ impl<'l> Runner<'l> {
     /// Whether nothing is left to write: the engine's output and the
     /// gather buffer are empty.
     fn drained<E: Engine>(&self, engine: &mut E) -> bool {
-        self.gather.start == self.gather.end && engine.io().tx.is_empty()
-    }
-
-    /// Waits for the next events: the first poll polls every pending
-    /// operation and returns all that completed; after a wake-up, the
-    /// first that completed (the ready source, then the read, then the
-    /// rest).
-    async fn wait<E, K, S, M, D, R, W, F>(
-        &mut self,
-        d: &mut Drive<'_, E, K, S, M>,
-        durable: &mut D,
-        (rx, tx): (&mut R, &mut W),
-        st: &mut Conn,
-        wake: Instant,
-        stop: Pin<&mut F>,
-    ) -> Events
-    where
-        E: Engine,
-        K: Clock,
-        S: ?Sized,
-        M: MessageSource + ?Sized,
-        D: Durable,
-        R: Read,
-        W: Write,
-        F: Future<Output = ()>,
-    {
-        let want = self.held.is_none() && d.engine.accepting() && st.closing.is_none();
-        let io = d.engine.io();
-        let out = self.gather.or(io.tx);
-        // The source was polled in the last round and holds our waker.
-        let looked = AtomicBool::new(false);
-        // Only what can complete is polled: no read while the engine
-        // lends no room, no write with nothing to write or flush, no timer
-        // without a deadline.
-        let reading = !io.rx.is_empty();
-        let mut read = pin!(reading.then(|| rx.read(io.rx)));
-        let writing = !out.is_empty() || st.unflushed;
-        let mut write = pin!(writing.then(|| write_or_flush(tx, out)));
-        let clock = d.clock;
-        let mut timer = pin!((wake != Instant::MAX).then(|| clock.sleep_until(wake)));
-        // A source that already holds our waker is not asked again before
-        // the task has parked.
-        let mut skip = st.asked;
-        let source = &mut *d.source;
-        let mut next = poll_fn(|cx| {
-            if !want || core::mem::take(&mut skip) {
-                return Poll::Pending;
-            }
-            let r = source.poll_ready(cx);
-            looked.store(r.is_pending(), Ordering::Relaxed);
-            r
-        });
-        let mut stop = (st.closing.is_none()).then_some(stop);
-        let mut parked = false;
-        let ev = poll_fn(|cx| {
-            looked.store(false, Ordering::Relaxed);
-            let mut ev = Events::default();
-            // The first poll polls everything, so each operation is
-            // polled at least once per round and none starves; after a
-            // wake-up the first that completed is enough (the others'
-            // wakers stay registered; they are polled again next round).
-            if let Poll::Ready(r) = Pin::new(&mut next).poll(cx) {
-                ev.ready = Some(r);
-                if parked {
-                    return Poll::Ready(ev);
-                }
-            }
-            if let Some(Poll::Ready(r)) = read.as_mut().as_pin_mut().map(|f| f.poll(cx)) {
-                ev.read = Some(r.map_err(|e| e.kind()));
-                if parked {
-                    return Poll::Ready(ev);
-                }
-            }
-            if let Some(Poll::Ready(r)) = write.as_mut().as_pin_mut().map(|f| f.poll(cx)) {
-                ev.write = Some(r);
-            }
-            ev.timer = timer
-                .as_mut()
-                .as_pin_mut()
-                .is_some_and(|f| f.poll(cx).is_ready());
-            if let Some(s) = stop.as_mut() {
-                ev.stop = s.as_mut().poll(cx).is_ready();
-            }
-            // A durable value to store: the round after this stores it.
-            if D::ON && durable.poll_ready(cx).is_ready() {
-                return Poll::Ready(ev);
-            }
-            if ev.any() {
-                Poll::Ready(ev)
-            } else {
-                parked = true;
-                Poll::Pending
-            }
-        })
-        .await;
-        // After a park, a wake may have taken the source's registration.
-        st.asked = ev.ready.is_none() && (looked.load(Ordering::Relaxed) || (!parked && st.asked));
-        ev
+        self.gather.empty(GATHER) && engine.io().tx.is_empty()
     }
 
     /// Hands the events to the engine; `Some` when the connection is over
     /// for the runner's own reasons (a timeout, a stop).
-    fn handle<E, K, S, M>(
+    fn handle<E, K, S, M, D, const RUN: bool>(
         &mut self,
-        d: &mut Drive<'_, E, K, S, M>,
+        d: &mut Drive<'_, E, K, S, M, D>,
         ev: Events,
-        st: &mut Conn,
-        limits: &Limits,
+        st: &mut Conn<RUN>,
+        limits: &Limits<RUN>,
         now: Instant,
     ) -> Option<Outcome<E::End>>
     where
@@ -879,7 +809,7 @@ impl<'l> Runner<'l> {
         if let Some(r) = ev.ready {
             self.held = Some(r);
         }
-        if ev.stop {
+        if RUN && ev.stop {
             if !st.up {
                 return Some(Outcome::Stopped);
             }
@@ -887,11 +817,11 @@ impl<'l> Runner<'l> {
             st.closing = Some(now + limits.close_for);
         }
         if ev.timer {
-            if st.closing.is_some_and(|t| now >= t) {
+            if st.closing().is_some_and(|t| now >= t) {
                 log_warn!("{}: stopping without a clean goodbye", E::NAME);
                 return Some(Outcome::Stopped);
             }
-            if !st.up && limits.open_until.is_some_and(|t| now >= t) {
+            if !st.up && limits.open_until().is_some_and(|t| now >= t) {
                 return Some(Outcome::TimedOut);
             }
             if d.engine.poll_at().is_some_and(|t| now >= t) {
@@ -902,9 +832,12 @@ impl<'l> Runner<'l> {
     }
 }
 
-/// Time limits of one connection.
+/// Time limits of one connection. `RUN`: a reconnecting run; a single
+/// connection ([`Runner::one`]) has no timeout, no stop and is not
+/// counted, known at compile time so that none of that code is linked
+/// for it.
 #[derive(Clone, Copy)]
-struct Limits {
+struct Limits<const RUN: bool> {
     /// The engine must come up by then.
     open_until: Option<Instant>,
     /// The goodbye may take this long.
@@ -914,8 +847,20 @@ struct Limits {
     counted: bool,
 }
 
-/// One connection's runner state.
-struct Conn {
+impl<const RUN: bool> Limits<RUN> {
+    /// The engine must come up by then.
+    fn open_until(&self) -> Option<Instant> {
+        self.open_until.filter(|_| RUN)
+    }
+
+    /// Count the connection and replay state when it comes up.
+    fn counted(&self) -> bool {
+        RUN && self.counted
+    }
+}
+
+/// One connection's runner state (`RUN`: as [`Limits`]).
+struct Conn<const RUN: bool> {
     /// The sequence last reported online in this connection.
     online: Option<u64>,
     up: bool,
@@ -927,14 +872,90 @@ struct Conn {
     asked: bool,
 }
 
-impl Conn {
+impl<const RUN: bool> Conn<RUN> {
+    /// A stop came: the goodbye must be done by then (only a run stops).
+    fn closing(&self) -> Option<Instant> {
+        self.closing.filter(|_| RUN)
+    }
+
     /// The next instant the runner must wake for time.
-    fn wake<E: Engine>(&self, engine: &E, limits: &Limits) -> Instant {
+    fn wake<E: Engine>(&self, engine: &E, limits: &Limits<RUN>) -> Instant {
         let mut wake = engine.poll_at().unwrap_or(Instant::MAX);
         if !self.up {
-            wake = wake.min(limits.open_until.unwrap_or(Instant::MAX));
+            wake = wake.min(limits.open_until().unwrap_or(Instant::MAX));
         }
-        wake.min(self.closing.unwrap_or(Instant::MAX))
+        wake.min(self.closing().unwrap_or(Instant::MAX))
+    }
+}
+
+/// An operation a wait polls, pinned; `None` when it has nothing to do.
+type Slot<'a, T> = Pin<&'a mut Option<T>>;
+
+/// One wait's flags (see [`Runner::connection`]).
+struct Wait {
+    /// The source may be asked for a message.
+    want: bool,
+    /// The source already holds our waker: not asked before a park.
+    skip: bool,
+    /// The source was asked in this wait and holds our waker.
+    looked: bool,
+    /// The task parked in this wait.
+    parked: bool,
+}
+
+impl Wait {
+    /// One poll: the first polls every pending operation and returns all
+    /// that completed, so each is polled at least once per round and
+    /// none starves; after a wake-up the first that completed is enough
+    /// (the ready source, then the read, then the rest: the others'
+    /// wakers stay registered and they are polled again next round).
+    fn poll<M, RF, RE, WF, TF, F>(
+        &mut self,
+        cx: &mut Context<'_>,
+        source: &mut M,
+        (read, write, timer): (Slot<'_, RF>, Slot<'_, WF>, Slot<'_, TF>),
+        stop: Option<&mut Pin<&mut F>>,
+    ) -> Poll<Events>
+    where
+        M: MessageSource + ?Sized,
+        RF: Future<Output = Result<usize, RE>>,
+        RE: embedded_io_async::Error,
+        WF: Future<Output = Written>,
+        TF: Future<Output = ()>,
+        F: Future<Output = ()>,
+    {
+        self.looked = false;
+        let mut ev = Events::default();
+        if self.want && !core::mem::take(&mut self.skip) {
+            match source.poll_ready(cx) {
+                Poll::Ready(r) => {
+                    ev.ready = Some(r);
+                    if self.parked {
+                        return Poll::Ready(ev);
+                    }
+                }
+                Poll::Pending => self.looked = true,
+            }
+        }
+        if let Some(Poll::Ready(r)) = read.as_pin_mut().map(|f| f.poll(cx)) {
+            ev.read = Some(r.map_err(|e| e.kind()));
+            if self.parked {
+                return Poll::Ready(ev);
+            }
+        }
+        if let Some(Poll::Ready(r)) = write.as_pin_mut().map(|f| f.poll(cx)) {
+            ev.write = Some(r);
+        }
+        ev.timer = timer.as_pin_mut().is_some_and(|f| f.poll(cx).is_ready());
+        if let Some(s) = stop {
+            ev.stop = s.as_mut().poll(cx).is_ready();
+        }
+        if ev.any() {
+            Poll::Ready(ev)
+        } else {
+            self.parked = true;
+            Poll::Pending
+        }
     }
 }
 
@@ -1046,6 +1067,7 @@ mod tests {
             clock: &Frozen,
             sink: &mut sink,
             source: &mut source,
+            durable: (),
         };
         let end = poll_bounded(runner.one(&mut d, Broken, Broken), 16);
         assert_eq!(end, Some(framed::Error::Write(ErrorKind::BrokenPipe)));
@@ -1070,6 +1092,7 @@ mod tests {
             clock: &Frozen,
             sink: &mut sink,
             source: &mut source,
+            durable: (),
         };
         let end = poll_bounded(runner.one(&mut d, Broken, Broken), 16);
         assert_eq!(end, Some(Cause::Transport));
@@ -1137,6 +1160,7 @@ mod tests {
             clock: &Frozen,
             sink: &mut sink,
             source: &mut source,
+            durable: (),
         };
         let (client_rx, client_tx) = PAIR.a();
         let mut connect = (

@@ -1,16 +1,19 @@
 //! A [`Backlog`] with the routes that feed it: what the runner drives
 //! ([`crate::durable::Durable`]).
 
-use core::future::poll_fn;
+use core::convert::Infallible;
+use core::future::{poll_fn, Future};
 use core::task::{Context, Poll};
 
-use aimdb_core::connector::{Message, MessageSource, Ready};
+use embassy_futures::block_on;
+
+use aimdb_core::connector::{MessageSource, Ready};
 use embedded_storage_async::nor_flash::MultiwriteNorFlash;
 use sequential_storage::cache::CacheImpl;
 
 use super::Backlog;
-use crate::clock::Instant;
-use crate::engine::{Delivery, Id};
+use crate::clock::{Clock, Instant};
+use crate::engine::{Engine, Id, Offer};
 use crate::runner::BURST;
 
 /// Durable routes: every value of `routes` is stored in `backlog` as
@@ -58,6 +61,63 @@ where
     }
 }
 
+impl<F, C, M> Durable<'_, '_, F, C, M>
+where
+    F: MultiwriteNorFlash,
+    C: CacheImpl<()>,
+    M: MessageSource + ?Sized,
+{
+    /// Stores what the routes have ready, a burst at most; the routes then
+    /// hold `cx`'s waker.
+    fn store(&mut self, now: Instant, cx: &mut Context<'_>) {
+        for _ in 0..BURST {
+            let ready = match self.ready.take() {
+                Some(r) => r,
+                None => match self.routes.poll_ready(cx) {
+                    Poll::Ready(r) => r,
+                    Poll::Pending => return,
+                },
+            };
+            let m = self.routes.message(ready);
+            // A value that cannot be stored is counted by the backlog.
+            if let Err(e) = block_on(self.backlog.push(&m, now, self.buf)) {
+                log_warn!("backlog: a value was not stored: {}", e);
+            }
+        }
+    }
+
+    /// Hands stored values to `engine` while it takes them.
+    fn offer<E: Engine>(&mut self, engine: &mut E, now: Instant) {
+        for _ in 0..BURST {
+            if !engine.accepting() {
+                return;
+            }
+            let entry = match block_on(self.backlog.next(self.buf)) {
+                Ok(Some(e)) => e,
+                Ok(None) => return,
+                Err(e) => {
+                    log_warn!("backlog: a stored value could not be read: {}", e);
+                    return;
+                }
+            };
+            let id = Id {
+                boot: entry.stamp.boot,
+                seq: entry.stamp.seq,
+            };
+            match engine.offer_tracked(&entry.message(), id, now) {
+                Offer::Accepted => self.backlog.sent(),
+                Offer::Busy => return,
+                Offer::TooLarge => {
+                    if let Err(e) = block_on(self.backlog.discard(now, self.buf)) {
+                        log_warn!("backlog: a value too large to send stays: {}", e);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
 impl<F, C, M> crate::durable::Durable for Durable<'_, '_, F, C, M>
 where
     F: MultiwriteNorFlash,
@@ -74,57 +134,32 @@ where
         Poll::Ready(())
     }
 
-    async fn store(&mut self, now: Instant) {
-        for _ in 0..BURST {
-            let ready = match self.ready.take() {
-                Some(r) => r,
-                // Pending leaves this task's waker with the routes.
-                None => match poll_fn(|cx| Poll::Ready(self.routes.poll_ready(cx))).await {
-                    Poll::Ready(r) => r,
-                    Poll::Pending => return,
-                },
-            };
-            let m = self.routes.message(ready);
-            // A value that cannot be stored is counted by the backlog.
-            if let Err(e) = self.backlog.push(&m, now, self.buf).await {
-                log_warn!("backlog: a value was not stored: {}", e);
+    fn round<E: Engine>(
+        &mut self,
+        engine: &mut E,
+        offer: bool,
+        now: Instant,
+        cx: &mut Context<'_>,
+    ) {
+        let delivery = engine.delivered();
+        if delivery.acked > 0 {
+            if let Err(e) = block_on(self.backlog.delivered(delivery.acked, now, self.buf)) {
+                log_warn!("backlog: delivered values not removed: {}", e);
             }
-        }
-    }
-
-    async fn settle(&mut self, delivery: Delivery, now: Instant) {
-        if let Err(e) = self.backlog.delivered(delivery.acked, now, self.buf).await {
-            log_warn!("backlog: delivered values not removed: {}", e);
         }
         if delivery.lost {
             self.backlog.resend();
         }
-    }
-
-    async fn next(&mut self) -> Option<(Message<'_>, Id)> {
-        match self.backlog.next(self.buf).await {
-            Ok(Some(e)) => Some((
-                e.message(),
-                Id {
-                    boot: e.stamp.boot,
-                    seq: e.stamp.seq,
-                },
-            )),
-            Ok(None) => None,
-            Err(e) => {
-                log_warn!("backlog: a stored value could not be read: {}", e);
-                None
-            }
+        self.store(now, cx);
+        if offer {
+            self.offer(engine, now);
         }
     }
 
-    fn sent(&mut self) {
-        self.backlog.sent();
-    }
-
-    async fn discard(&mut self, now: Instant) {
-        if let Err(e) = self.backlog.discard(now, self.buf).await {
-            log_warn!("backlog: a value too large to send was not removed: {}", e);
-        }
+    fn keep<'a, K: Clock>(&'a mut self, clock: &'a K) -> impl Future<Output = Infallible> + 'a {
+        poll_fn(move |cx| {
+            self.store(clock.now(), cx);
+            Poll::Pending
+        })
     }
 }

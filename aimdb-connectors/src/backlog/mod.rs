@@ -103,10 +103,8 @@ impl aimdb_core::remote::BacklogView for Counters {
         aimdb_core::remote::BacklogCounters {
             depth: s.depth,
             bytes: s.bytes,
-            in_flight: s.in_flight,
             behind_ms: s.behind_ms,
-            dropped: s.dropped,
-            refused: s.refused,
+            dropped: s.dropped.wrapping_add(s.refused),
             erases: s.erases,
             flash_errors: s.flash_errors,
         }

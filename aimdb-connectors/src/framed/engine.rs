@@ -404,10 +404,13 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
         let c = &self.conn;
         let hb = self.heartbeat.filter(|_| c.beating && c.ended.is_none())?;
         // Silent for longer than the timeout: a microsecond past it.
-        let silent = c.heard_at + hb.timeout + core::time::Duration::from_micros(1);
+        let silent = after(
+            after(c.heard_at, hb.timeout),
+            core::time::Duration::from_micros(1),
+        );
         let idle = self.out.len == 0 && !self.out.resync;
         Some(if idle {
-            silent.min(c.wrote_at + hb.interval)
+            silent.min(after(c.wrote_at, hb.interval))
         } else {
             silent
         })
@@ -419,9 +422,9 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
             return;
         }
         let Some(hb) = self.heartbeat else { return };
-        if now > self.conn.heard_at + hb.timeout {
+        if now > after(self.conn.heard_at, hb.timeout) {
             self.end_with(Error::PeerSilent);
-        } else if self.out.len == 0 && now >= self.conn.wrote_at + hb.interval {
+        } else if self.out.len == 0 && now >= after(self.conn.wrote_at, hb.interval) {
             self.queue_keepalive(self.conn.own);
         }
     }
@@ -489,6 +492,13 @@ fn encode_keepalive(seq: u64, out: &mut [u8]) -> Result<usize, frame::EncodeErro
         len += 1;
     }
     frame::encode("", &var[..len], out)
+}
+
+/// `t + d`: out of line, as the heartbeat's deadlines take it in several
+/// places (each a multiplication and a division inline).
+#[inline(never)]
+fn after(t: Instant, d: core::time::Duration) -> Instant {
+    t + d
 }
 
 /// The sequence in a keep-alive's payload (`None` if it holds none).

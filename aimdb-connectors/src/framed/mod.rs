@@ -466,6 +466,7 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
             clock: &Frozen,
             sink: inbound,
             source: outbound,
+            durable: (),
         };
         self.runner.one(&mut d, rx, tx).await
     }
@@ -519,6 +520,7 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
             clock: &clock,
             sink: inbound,
             source: outbound,
+            durable: (),
         };
         self.runner.one(&mut d, rx, tx).await
     }
@@ -568,6 +570,7 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
             clock: &clock,
             sink: inbound,
             source: outbound,
+            durable: (),
         };
         let never = core::future::pending::<()>();
         self.runner

@@ -473,7 +473,7 @@ impl<'a> Engine<'a> {
 /// over transports opened by `C`, timed by the clock `K`.
 pub struct Mqtt<'a, C: Connect, K: Clock> {
     engine: Engine<'a>,
-    runner: Runner<'a>,
+    runner: Runner<'a, true>,
     connect: C,
     clock: K,
     config: Config<'a>,
@@ -492,7 +492,7 @@ impl<'a, C: Connect, K: Clock> Mqtt<'a, C, K> {
         } = parts;
         Ok(Self {
             engine: Engine::new(&config, rx, tx, counters)?,
-            runner: Runner::new(),
+            runner: Runner::gathering(),
             connect,
             clock,
             config,
@@ -578,7 +578,7 @@ impl<'a, C: Connect, K: Clock> Mqtt<'a, C, K> {
         M: MessageSource + ?Sized,
         F: core::future::Future<Output = ()>,
     {
-        self.run_durable(sink, source, &mut (), stop).await
+        self.run_durable(sink, source, (), stop).await
     }
 
     /// As [`Self::run_until`], with durable routes beside `source`: their
@@ -592,7 +592,7 @@ impl<'a, C: Connect, K: Clock> Mqtt<'a, C, K> {
         &mut self,
         sink: &mut S,
         source: &mut M,
-        durable: &mut D,
+        durable: D,
         stop: F,
     ) -> Stopped
     where
@@ -612,9 +612,10 @@ impl<'a, C: Connect, K: Clock> Mqtt<'a, C, K> {
             clock: &self.clock,
             sink,
             source,
+            durable,
         };
         self.runner
-            .run_durable(&mut d, durable, &mut self.connect, &settings, stop)
+            .run(&mut d, &mut self.connect, &settings, stop)
             .await
     }
 }

@@ -226,6 +226,13 @@ impl<'a> Outbox<'a> {
         }
     }
 
+    /// Whether [`Self::next`] has nothing to return: no record at or
+    /// after the cursor (and none it stands on).
+    #[inline(always)]
+    pub(super) fn idle(&self) -> bool {
+        self.rec_end <= self.rec && self.rec >= self.tail
+    }
+
     /// Whether the cursor has records ahead (some may have nothing to
     /// send).
     pub(super) fn has_next(&self) -> bool {

@@ -37,7 +37,12 @@ impl Engine<'_> {
                 tx: &self.rx[c.connect.0..c.connect.1],
             };
         }
-        let mut next = self.out.next();
+        // An empty outbox (the usual case between messages) needs no walk.
+        let mut next = if self.out.idle() {
+            Next::Nothing
+        } else {
+            self.out.next()
+        };
         // A PUBREL owed on a resumed session goes through the control
         // queue.
         while let Next::Pubrel(id) = next {

@@ -240,8 +240,8 @@ where
 ///
 /// On the wire an array of six varints, in field order (one loop on a
 /// Cortex-M rather than six inlined encodings).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(into = "[u32; 6]", from = "[u32; 6]")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(from = "[u32; 6]")]
 pub struct LinkCounters {
     /// Messages sent.
     pub sent: u32,
@@ -283,6 +283,12 @@ impl From<[u32; 6]> for LinkCounters {
     }
 }
 
+impl Serialize for LinkCounters {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        six(<[u32; 6]>::from(*self), s)
+    }
+}
+
 /// A connector's counters, readable from another task: implemented by
 /// the connectors' shared counters (`aimdb-connectors`, feature `remote`).
 pub trait Counted {
@@ -294,58 +300,63 @@ pub trait Counted {
 /// connector's (feature `backlog` of `aimdb-connectors` implements
 /// [`BacklogView`] for its counters).
 ///
-/// On the wire an array of eight varints, in field order.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(into = "[u32; 8]", from = "[u32; 8]")]
+/// On the wire an array of six varints, in field order: the same
+/// encoding as [`LinkCounters`] (one copy of it on a device).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(from = "[u32; 6]")]
 pub struct BacklogCounters {
-    /// Values stored now.
+    /// Values stored now, not yet acknowledged.
     pub depth: u32,
     /// Bytes they take.
     pub bytes: u32,
-    /// Of those, handed to the transport and not yet acknowledged.
-    pub in_flight: u32,
     /// How far behind the oldest stored value is, in milliseconds.
     pub behind_ms: u32,
-    /// Values dropped, oldest first, for room.
+    /// Values lost for want of room: the oldest dropped, or the newest
+    /// refused.
     pub dropped: u32,
-    /// Values refused for want of room.
-    pub refused: u32,
     /// Flash pages erased.
     pub erases: u32,
     /// Flash operations that failed.
     pub flash_errors: u32,
 }
 
-impl From<BacklogCounters> for [u32; 8] {
+impl From<BacklogCounters> for [u32; 6] {
     fn from(c: BacklogCounters) -> Self {
         [
             c.depth,
             c.bytes,
-            c.in_flight,
             c.behind_ms,
             c.dropped,
-            c.refused,
             c.erases,
             c.flash_errors,
         ]
     }
 }
 
-impl From<[u32; 8]> for BacklogCounters {
-    fn from(
-        [depth, bytes, in_flight, behind_ms, dropped, refused, erases, flash_errors]: [u32; 8],
-    ) -> Self {
+impl From<[u32; 6]> for BacklogCounters {
+    fn from([depth, bytes, behind_ms, dropped, erases, flash_errors]: [u32; 6]) -> Self {
         Self {
             depth,
             bytes,
-            in_flight,
             behind_ms,
             dropped,
-            refused,
             erases,
             flash_errors,
         }
     }
+}
+
+impl Serialize for BacklogCounters {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        six(<[u32; 6]>::from(*self), s)
+    }
+}
+
+/// Six counters as six varints: one copy for [`LinkCounters`] and
+/// [`BacklogCounters`] on a device, not one inlined in each.
+#[inline(never)]
+fn six<S: serde::Serializer>(v: [u32; 6], s: S) -> Result<S::Ok, S::Error> {
+    v.serialize(s)
 }
 
 /// A durable backlog's counters, read by `stats`.

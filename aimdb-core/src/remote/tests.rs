@@ -757,10 +757,8 @@ impl BacklogView for FakeBacklog {
         BacklogCounters {
             depth: 12,
             bytes: 384,
-            in_flight: 4,
             behind_ms: 720_000,
-            dropped: 0,
-            refused: 1,
+            dropped: 1,
             erases: 9,
             flash_errors: 0,
         }
