@@ -132,6 +132,14 @@ const ROWS: &[(&str, &str)] = &[
         "mqtt_publish_tls",
         "mqtt_publish over TLS 1.3 (embedded-tls, AES-128-GCM): one record per message",
     ),
+    (
+        "backlog_store",
+        "store one reading in a durable backlog on flash (RAM as flash, 1 KiB pages, caches on)",
+    ),
+    (
+        "backlog_replay",
+        "read the oldest stored reading back, hand it out, remove it once acknowledged",
+    ),
 ];
 
 /// Targets (cpu, row, at most instructions per operation, what it is).
