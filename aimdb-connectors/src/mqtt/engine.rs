@@ -658,7 +658,9 @@ impl crate::engine::Engine for Engine<'_> {
         self.c.birth = self.next();
         self.c.reopen = self.settings.reopen;
         self.c.tick = now;
-        self.tracked.forget(&mut self.out);
+        if self.tracked.any() {
+            self.tracked.forget(&mut self.out);
+        }
         self.out.open();
         if let Err(cause) = self.queue_connect() {
             self.fail(cause);

@@ -34,6 +34,12 @@ impl Tracked {
         }
     }
 
+    /// Whether any tracked publish is in flight.
+    #[inline(always)]
+    pub(super) fn any(&self) -> bool {
+        !self.ids.is_empty()
+    }
+
     pub(super) fn full(&self) -> bool {
         self.ids.is_full()
     }
@@ -46,12 +52,18 @@ impl Tracked {
         self.settle();
     }
 
-    /// The broker acknowledged `id` (a PUBACK or PUBCOMP).
-    #[inline]
+    /// The broker acknowledged `id` (a PUBACK or PUBCOMP). Inline only
+    /// the check: the session's receive path stays as it was without a
+    /// backlog.
+    #[inline(always)]
     pub(super) fn ack(&mut self, id: u16) {
-        if self.ids.is_empty() {
-            return;
+        if !self.ids.is_empty() {
+            self.ack_tracked(id);
         }
+    }
+
+    #[inline(never)]
+    fn ack_tracked(&mut self, id: u16) {
         if let Some(e) = self.ids.iter_mut().find(|e| e.0 == id && !e.1) {
             e.1 = true;
             self.settle();
@@ -69,6 +81,7 @@ impl Tracked {
     /// A new connection: tracked publishes not acknowledged leave the
     /// outbox (sent or not); the backlog offers them again in order, so
     /// none overtakes another.
+    #[inline(never)]
     pub(super) fn forget(&mut self, out: &mut Outbox<'_>) {
         while let Some((id, _)) = self.ids.pop_front() {
             let at = out

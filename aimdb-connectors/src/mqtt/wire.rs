@@ -295,6 +295,9 @@ impl Engine<'_> {
         Ok(())
     }
 
+    /// Out of line: acknowledgements are rarer than publishes, whose
+    /// path stays short.
+    #[inline(never)]
     fn handle_ack(&mut self, kind: u8, id: u16, reason: u8) -> Result<(), Cause> {
         let out = &mut self.out;
         match kind {
