@@ -334,12 +334,7 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
         C: Connect,
         F: Future<Output = ()>,
     {
-        const {
-            assert!(
-                E::TRACKS || !D::ON,
-                "a durable backlog needs an engine that tracks delivery"
-            )
-        };
+        const { assert!(E::TRACKS || !D::ON, "a backlog needs delivery tracked") };
         let mut stop = pin!(stop);
         // Failed attempts since the last connection that came up.
         let mut failures = 0u32;
@@ -351,10 +346,7 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
             let opening = select3(connect.connect(), d.clock.sleep_until(until), stop.as_mut());
             // The backlog stores meanwhile (without one, its keeper is a
             // future that never completes and holds nothing).
-            let opened = match select(opening, d.durable.keep(d.clock)).await {
-                Either::First(opened) => opened,
-                Either::Second(never) => match never {},
-            };
+            let opened = first(select(opening, d.durable.keep(d.clock)).await);
             let failure = match opened {
                 Either3::First(Ok(mut conn)) => {
                     d.engine.open(d.clock.now());
@@ -419,10 +411,7 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
     ) -> bool {
         let until = clock.now() + wait;
         let waiting = select(clock.sleep_until(until), stop);
-        let waited = match select(waiting, durable.keep(clock)).await {
-            Either::First(waited) => waited,
-            Either::Second(never) => match never {},
-        };
+        let waited = first(select(waiting, durable.keep(clock)).await);
         matches!(waited, Either::Second(()))
     }
 
@@ -612,13 +601,7 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
                 let source = &mut *d.source;
                 poll_fn(|cx| {
                     let futures = (read.as_mut(), write.as_mut(), timer.as_mut());
-                    let ev = wait.poll(cx, source, futures, stop.as_mut());
-                    // A durable value to store: the round after this
-                    // stores it.
-                    if D::ON && ev.is_pending() && d.durable.poll_ready(cx).is_ready() {
-                        return Poll::Ready(Events::default());
-                    }
-                    ev
+                    wait.poll(cx, source, futures, stop.as_mut(), &mut d.durable)
                 })
                 .await
             };
@@ -909,15 +892,17 @@ impl Wait {
     /// none starves; after a wake-up the first that completed is enough
     /// (the ready source, then the read, then the rest: the others'
     /// wakers stay registered and they are polled again next round).
-    fn poll<M, RF, RE, WF, TF, F>(
+    fn poll<M, RF, RE, WF, TF, F, D>(
         &mut self,
         cx: &mut Context<'_>,
         source: &mut M,
         (read, write, timer): (Slot<'_, RF>, Slot<'_, WF>, Slot<'_, TF>),
         stop: Option<&mut Pin<&mut F>>,
+        durable: &mut D,
     ) -> Poll<Events>
     where
         M: MessageSource + ?Sized,
+        D: Durable,
         RF: Future<Output = Result<usize, RE>>,
         RE: embedded_io_async::Error,
         WF: Future<Output = Written>,
@@ -950,7 +935,8 @@ impl Wait {
         if let Some(s) = stop {
             ev.stop = s.as_mut().poll(cx).is_ready();
         }
-        if ev.any() {
+        // A durable value to store also ends the wait: the round stores it.
+        if ev.any() || D::ON && durable.poll_ready(cx).is_ready() {
             Poll::Ready(ev)
         } else {
             self.parked = true;
@@ -983,6 +969,14 @@ impl Events {
             || self.timer
             || self.ready.is_some()
             || self.stop
+    }
+}
+
+/// The outcome of a wait beside a keeper that never completes.
+fn first<T>(e: Either<T, core::convert::Infallible>) -> T {
+    match e {
+        Either::First(v) => v,
+        Either::Second(never) => match never {},
     }
 }
 
