@@ -18,7 +18,8 @@ use crate::runner::BURST;
 
 /// Durable routes: every value of `routes` is stored in `backlog` as
 /// soon as it is ready and leaves it once delivered. Give it to
-/// `Mqtt::run_durable` (or [`Runner::run_durable`](crate::runner::Runner::run_durable)).
+/// `Mqtt::run_durable` (or [`Drive::durable`](crate::runner::Drive::durable)
+/// under the runner).
 ///
 /// `buf` holds one entry: [`HEAD`](super::HEAD) plus the longest topic
 /// and payload of `routes`.

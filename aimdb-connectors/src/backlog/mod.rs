@@ -4,7 +4,7 @@
 //!
 //! A [`Backlog`] is a FIFO of [`Entry`]s in a flash range, through
 //! [`sequential-storage`](sequential_storage)'s queue (wear-levelled,
-//! power-fail safe, no heap) over any [`embedded-storage-async`] NOR
+//! power-fail safe, no heap) over any `embedded-storage-async` NOR
 //! flash. Values leave it in three steps, and only the last removes one:
 //!
 //! 1. [`Backlog::push`] stores a value, stamped with the node's boot and

@@ -703,7 +703,7 @@ impl crate::engine::Engine for Engine<'_> {
     const TRACKS: bool = true;
 
     /// At QoS 1 at least (a backlog waits for the PUBACK), with the
-    /// `aimdb-id` user property; busy while [`tracked::TRACK`] are in
+    /// `aimdb-id` user property; busy while 16 tracked publishes are in
     /// flight. A broker whose maximum QoS is 0 acknowledges nothing: the
     /// message counts as delivered once queued.
     fn offer_tracked(&mut self, m: &Message<'_>, id: Id, now: Instant) -> Offer {
