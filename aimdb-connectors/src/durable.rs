@@ -7,11 +7,9 @@
 //! flash or a file; `()` is no backlog, and costs a connector without one
 //! nothing.
 
-use core::convert::Infallible;
-use core::future::Future;
 use core::task::{Context, Poll};
 
-use crate::clock::{Clock, Instant};
+use crate::clock::Instant;
 use crate::engine::{Engine, Id};
 
 /// A durable backlog with the routes that feed it, as the runner drives
@@ -37,9 +35,10 @@ pub trait Durable {
     /// `offer`, stored values go to the engine while it takes them.
     fn round<E: Engine>(&mut self, engine: &mut E, offer: bool, now: Instant, cx: &mut Context<'_>);
 
-    /// Stores the durable routes' values as they come, for ever: what
-    /// the runner runs beside a connection attempt and a backoff.
-    fn keep<'a, K: Clock>(&'a mut self, clock: &'a K) -> impl Future<Output = Infallible> + 'a;
+    /// Stores what the durable routes have ready (they then hold `cx`'s
+    /// waker): what the runner does beside a connection attempt and a
+    /// backoff, each time the task is woken.
+    fn keep(&mut self, now: Instant, cx: &mut Context<'_>);
 }
 
 impl<T: Durable + ?Sized> Durable for &mut T {
@@ -59,8 +58,8 @@ impl<T: Durable + ?Sized> Durable for &mut T {
         (**self).round(engine, offer, now, cx);
     }
 
-    fn keep<'a, K: Clock>(&'a mut self, clock: &'a K) -> impl Future<Output = Infallible> + 'a {
-        (**self).keep(clock)
+    fn keep(&mut self, now: Instant, cx: &mut Context<'_>) {
+        (**self).keep(now, cx);
     }
 }
 
@@ -74,9 +73,8 @@ impl Durable for () {
     #[inline(always)]
     fn round<E: Engine>(&mut self, _: &mut E, _: bool, _: Instant, _: &mut Context<'_>) {}
 
-    fn keep<'a, K: Clock>(&'a mut self, _clock: &'a K) -> impl Future<Output = Infallible> + 'a {
-        core::future::pending()
-    }
+    #[inline(always)]
+    fn keep(&mut self, _: Instant, _: &mut Context<'_>) {}
 }
 
 /// Drops duplicates of one node's tracked messages at a consumer, by

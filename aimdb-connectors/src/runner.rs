@@ -346,7 +346,7 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
             let opening = select3(connect.connect(), d.clock.sleep_until(until), stop.as_mut());
             // The backlog stores meanwhile (without one, its keeper is a
             // future that never completes and holds nothing).
-            let opened = first(select(opening, d.durable.keep(d.clock)).await);
+            let opened = first(select(opening, keeper(&mut d.durable, d.clock)).await);
             let failure = match opened {
                 Either3::First(Ok(mut conn)) => {
                     d.engine.open(d.clock.now());
@@ -411,7 +411,7 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
     ) -> bool {
         let until = clock.now() + wait;
         let waiting = select(clock.sleep_until(until), stop);
-        let waited = first(select(waiting, durable.keep(clock)).await);
+        let waited = first(select(waiting, keeper(durable, clock)).await);
         matches!(waited, Either::Second(()))
     }
 
@@ -970,6 +970,18 @@ impl Events {
             || self.ready.is_some()
             || self.stop
     }
+}
+
+/// Stores the durable routes' values as they come (a future that never
+/// completes; without a backlog it does nothing).
+fn keeper<'a, D: Durable, K: Clock>(
+    durable: &'a mut D,
+    clock: &'a K,
+) -> impl Future<Output = core::convert::Infallible> + 'a {
+    poll_fn(move |cx| {
+        durable.keep(clock.now(), cx);
+        Poll::Pending
+    })
 }
 
 /// The outcome of a wait beside a keeper that never completes.

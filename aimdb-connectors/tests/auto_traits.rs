@@ -184,3 +184,49 @@ fn mqtt_run_over_device_tls_is_not_send() {
     .unwrap();
     assert_not_send!(mqtt.run(&mut d, &mut r));
 }
+
+/// A durable backlog (over a file) beside the routes keeps the MQTT
+/// connector `Send`: a host service spawns it as it is.
+#[cfg(all(feature = "mqtt", feature = "tokio", feature = "backlog"))]
+#[test]
+fn mqtt_run_durable_over_a_file_backlog_is_send() {
+    use aimdb_connectors::backlog::cache::Cache;
+    use aimdb_connectors::backlog::{self, Backlog, Counters as BacklogCounters, FileFlash, Full};
+    use aimdb_connectors::mqtt::{Config, Counters, Mqtt};
+    use aimdb_connectors::tokio_io::{TcpConnect, TokioClock};
+    let counters: &'static Counters = leak(Counters::new());
+    let (mut d, mut r) = tables!(HostRawMutex);
+    let (_, mut durable_routes) = tables!(HostRawMutex);
+    let file = std::env::temp_dir().join(format!("aimdb-send-{}.bin", std::process::id()));
+    let flash = <FileFlash>::open(&file, 2).unwrap();
+    let bc: &'static BacklogCounters = leak(BacklogCounters::new());
+    let mut buf = [0u8; 64];
+    let mut bl = futures::executor::block_on(Backlog::open(
+        flash,
+        0..2 * 4096,
+        Cache::new_uncached(),
+        0,
+        Full::DropOldest,
+        bc,
+        &mut buf,
+    ))
+    .unwrap();
+    let mut entry = [0u8; 64];
+    let mut durable = backlog::Durable::new(&mut bl, &mut durable_routes, &mut entry);
+    let (rx, tx) = (leak([0u8; 256]), leak([0u8; 256]));
+    let mut mqtt = Mqtt::new(
+        Config::new("pin"),
+        aimdb_connectors::mqtt::Parts {
+            connect: TcpConnect::new("127.0.0.1:1"),
+            clock: TokioClock::new(),
+            rx,
+            tx,
+            counters,
+        },
+    )
+    .unwrap();
+    let fut = mqtt.run_durable(&mut d, &mut r, &mut durable, core::future::pending());
+    is_send(&fut);
+    drop(fut);
+    let _ = std::fs::remove_file(file);
+}

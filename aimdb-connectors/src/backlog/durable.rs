@@ -1,8 +1,6 @@
 //! A [`Backlog`] with the routes that feed it: what the runner drives
 //! ([`crate::durable::Durable`]).
 
-use core::convert::Infallible;
-use core::future::{poll_fn, Future};
 use core::task::{Context, Poll};
 
 use embassy_futures::block_on;
@@ -12,7 +10,7 @@ use embedded_storage_async::nor_flash::MultiwriteNorFlash;
 use sequential_storage::cache::CacheImpl;
 
 use super::Backlog;
-use crate::clock::{Clock, Instant};
+use crate::clock::Instant;
 use crate::engine::{Engine, Id, Offer};
 use crate::runner::BURST;
 
@@ -157,10 +155,7 @@ where
         }
     }
 
-    fn keep<'a, K: Clock>(&'a mut self, clock: &'a K) -> impl Future<Output = Infallible> + 'a {
-        poll_fn(move |cx| {
-            self.store(clock.now(), cx);
-            Poll::Pending
-        })
+    fn keep(&mut self, now: Instant, cx: &mut Context<'_>) {
+        self.store(now, cx);
     }
 }

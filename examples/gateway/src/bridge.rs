@@ -44,6 +44,9 @@ pub static STATUS: Record<HostRawMutex, Latest<Status>, 1> = Record::new("status
 pub static COMMAND: Record<HostRawMutex, Mailbox<Command>, 1> = Record::new("command");
 /// Remote-access requests from MQTT to the device, and its answers back,
 /// passed through unread: the device's responder answers them.
+/// The readings' table when they go through the backlog.
+static DURABLE_READY: Readiness<1> = Readiness::new();
+
 pub static REMOTE_REQ: Record<HostRawMutex, Ring<Raw, 4>, 1> = Record::new("remote-req");
 /// See [`REMOTE_REQ`].
 /// Two readers: the MQTT route and the manifest relay
@@ -230,6 +233,8 @@ pub struct Broker {
     pub prefix: String,
     /// TLS to the broker (`--tls-ca`), else plain TCP.
     pub tls: Option<TlsConnect>,
+    /// The readings' durable backlog file (`--backlog`).
+    pub backlog: Option<std::path::PathBuf>,
 }
 
 fn leak(s: String) -> &'static str {
@@ -282,7 +287,12 @@ pub async fn mqtt(
     let MqttReaders(readings, status, presence, remote_rsp, manifest) = readers;
     // At least once (a `Ring`'s default, said here because it matters): a
     // reading survives a broker hiccup.
-    let mut readings = outbound::Link::new(readings, readings_topic, Json).qos(QoS::AtLeastOnce);
+    let readings = outbound::Link::new(readings, readings_topic, Json).qos(QoS::AtLeastOnce);
+    // With a backlog the readings go through a table of their own.
+    let (mut plain_readings, mut durable_readings) = match broker.backlog {
+        None => (Some(readings), None),
+        Some(_) => (None, Some(readings)),
+    };
     let mut status = outbound::Link::new(status, status_topic, Json);
     // The device's presence: its link state, retained (a `Latest`), in the
     // presence convention's JSON, with the device's own birth sequence.
@@ -294,8 +304,10 @@ pub async fn mqtt(
     let mut manifest = outbound::Link::new(manifest, manifest_topic, codec::Raw);
     let mut payload = vec![0u8; crate::manifest::MANIFEST_MAX];
     let mut b = Routes::<_, 1, 5>::builder(&MQTT_READY, &mut payload);
-    b.link(&mut readings)
-        .link(&mut status)
+    if let Some(r) = plain_readings.as_mut() {
+        b.link(r);
+    }
+    b.link(&mut status)
         .link(&mut presence)
         .link(&mut answers)
         .link(&mut manifest);
@@ -310,21 +322,77 @@ pub async fn mqtt(
         .as_ref()
         .map(|(u, p)| (u.as_str(), p.as_bytes()));
     config.credentials = creds;
-    match broker.tls {
-        Some(tls) => run(config, tls, &mut dispatch, &mut routes, stop).await,
+    let (Some(file), Some(readings)) = (broker.backlog, durable_readings.as_mut()) else {
+        return connect(
+            config,
+            broker.tls,
+            broker.addr,
+            &mut dispatch,
+            &mut routes,
+            (),
+            stop,
+        )
+        .await;
+    };
+    let mut payload = vec![0u8; 64];
+    let mut b = Routes::<&'static Readiness<1>, 1, 1>::builder(&DURABLE_READY, &mut payload);
+    b.link(readings);
+    let mut durable_routes = b.build().expect("durable table");
+    let mut backlog = match backlog::open(&file).await {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("gateway: backlog {}: {e}", file.display());
+            return aimdb_connectors::reconnect::Stopped::Disconnected;
+        }
+    };
+    let mut entry = vec![0u8; 512];
+    let durable =
+        aimdb_connectors::backlog::Durable::new(&mut backlog, &mut durable_routes, &mut entry);
+    connect(
+        config,
+        broker.tls,
+        broker.addr,
+        &mut dispatch,
+        &mut routes,
+        durable,
+        stop,
+    )
+    .await
+}
+
+/// The connector over TLS (`--tls-ca`) or plain TCP.
+async fn connect<D: aimdb_connectors::durable::Durable>(
+    config: Config<'_>,
+    tls: Option<TlsConnect>,
+    addr: SocketAddr,
+    dispatch: &mut (impl aimdb_core::connector::FrameSink + ?Sized),
+    routes: &mut (impl aimdb_core::connector::MessageSource + ?Sized),
+    durable: D,
+    stop: impl std::future::Future<Output = ()>,
+) -> aimdb_connectors::reconnect::Stopped {
+    match tls {
+        Some(tls) => run(config, tls, dispatch, routes, durable, stop).await,
         None => {
-            let tcp = TcpConnect::new(broker.addr);
-            run(config, tcp, &mut dispatch, &mut routes, stop).await
+            run(
+                config,
+                TcpConnect::new(addr),
+                dispatch,
+                routes,
+                durable,
+                stop,
+            )
+            .await
         }
     }
 }
 
 /// The connector over `connect` (TCP or TLS).
-async fn run<C: Connect>(
+async fn run<C: Connect, D: aimdb_connectors::durable::Durable>(
     config: Config<'_>,
     connect: C,
     dispatch: &mut (impl aimdb_core::connector::FrameSink + ?Sized),
     routes: &mut (impl aimdb_core::connector::MessageSource + ?Sized),
+    durable: D,
     stop: impl std::future::Future<Output = ()>,
 ) -> aimdb_connectors::reconnect::Stopped {
     let (mut rx, mut tx) = (vec![0u8; 2048], vec![0u8; 8192]);
@@ -339,7 +407,7 @@ async fn run<C: Connect>(
         },
     )
     .expect("MQTT configuration");
-    client.run_until(dispatch, routes, stop).await
+    client.run_durable(dispatch, routes, durable, stop).await
 }
 
 /// One line of counters.
@@ -431,3 +499,55 @@ const REASONS: [DispatchError; 11] = [
     DispatchError::SchemaUnverified,
     DispatchError::SchemaMismatch,
 ];
+
+/// The readings' backlog file (`--backlog`): 256 pages of 4 KiB for the
+/// backlog, 2 more for the gateway's boot counter.
+mod backlog {
+    use std::path::Path;
+
+    use aimdb_connectors::backlog::cache::page_pointers::ArrayPagePointers;
+    use aimdb_connectors::backlog::cache::page_states::ArrayPageStates;
+    use aimdb_connectors::backlog::cache::{Cache, Uncached};
+    use aimdb_connectors::backlog::{next_boot, Backlog, Counters, FileFlash, Full};
+
+    const PAGES: u32 = 256;
+    const PAGE: u32 = 4096;
+
+    /// The backlog's counters.
+    pub static COUNTERS: Counters = Counters::new();
+
+    type Cached =
+        Cache<ArrayPageStates<{ PAGES as usize }>, ArrayPagePointers<{ PAGES as usize }>, Uncached>;
+
+    fn cache() -> Cached {
+        Cache::new(ArrayPageStates::new(), ArrayPagePointers::new(), Uncached)
+    }
+
+    /// Opens (or makes) the backlog in `file`: what an earlier run stored
+    /// is found and goes first.
+    pub async fn open(file: &Path) -> Result<Backlog<'static, FileFlash, Cached>, String> {
+        let mut flash = <FileFlash>::open(file, PAGES + 2).map_err(|e| e.to_string())?;
+        let boots = PAGES * PAGE..(PAGES + 2) * PAGE;
+        let boot = next_boot(&mut flash, boots, cache(), &COUNTERS)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut buf = [0u8; 512];
+        let b = Backlog::open(
+            flash,
+            0..PAGES * PAGE,
+            cache(),
+            boot,
+            Full::DropOldest,
+            &COUNTERS,
+            &mut buf,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        println!(
+            "gateway: backlog {} (boot {boot}): {} readings stored from before",
+            file.display(),
+            b.depth()
+        );
+        Ok(b)
+    }
+}

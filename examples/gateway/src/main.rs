@@ -16,6 +16,7 @@
 //!         [--broker mqtt://HOST:PORT] [--username U --password P]
 //!         [--tls-ca CA.pem [--tls-server-name NAME]]
 //!         [--prefix aimdb/dev7] [--seconds N] [--demo] [--min-readings N]
+//!         [--backlog FILE]
 //! ```
 //!
 //! - `--qemu ELF`: start the firmware under QEMU, its UART0 connected to a
@@ -33,6 +34,11 @@
 //! - `--demo`: also run an operator client that sends three commands and
 //!   checks readings; exits 0 only if every check held;
 //! - `--seconds N`: stop after N seconds (default: run until Ctrl-C).
+//! - `--backlog FILE`: the readings go through a durable backlog in FILE
+//!   (1 MiB, made on first use): stored as they arrive, published from it
+//!   and removed once the broker acknowledged them, so a broker outage or
+//!   a gateway killed and restarted loses none it stored. Each reading
+//!   then carries the `aimdb-id` user property (gateway boot, sequence).
 
 mod bridge;
 mod manifest;
@@ -60,6 +66,7 @@ struct Args {
     seconds: Option<u64>,
     demo: bool,
     min_readings: u32,
+    backlog: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -76,6 +83,7 @@ fn parse_args() -> Result<Args, String> {
         seconds: None,
         demo: false,
         min_readings: 20,
+        backlog: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -88,6 +96,7 @@ fn parse_args() -> Result<Args, String> {
             "--username" => a.username = Some(value()?),
             "--password" => a.password = Some(value()?),
             "--tls-ca" => a.tls_ca = Some(value()?.into()),
+            "--backlog" => a.backlog = Some(value()?.into()),
             "--tls-server-name" => a.tls_server_name = Some(value()?),
             "--prefix" => a.prefix = value()?,
             "--seconds" => {
@@ -129,7 +138,7 @@ fn parse_args() -> Result<Args, String> {
 
 const USAGE: &str = "usage: gateway [--qemu ELF | --listen ADDR | --serial HOST:PORT] \
 [--broker mqtt://HOST:PORT] [--username U --password P] \
-[--tls-ca CA.pem [--tls-server-name NAME]] [--prefix P] [--seconds N] [--demo] [--min-readings N]";
+[--tls-ca CA.pem [--tls-server-name NAME]] [--prefix P] [--seconds N] [--demo] [--min-readings N] [--backlog FILE]";
 
 fn broker_hostport(url: &str) -> &str {
     url.strip_prefix("mqtt://").unwrap_or(url)
@@ -288,6 +297,7 @@ async fn run(args: Args) -> ExitCode {
         credentials: credentials.clone(),
         prefix: args.prefix.clone(),
         tls,
+        backlog: args.backlog.clone(),
     };
     // Stopped on purpose at exit: the gateway says `offline` itself.
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
