@@ -24,8 +24,15 @@
 //! And `aimdb stats` shows the device's backlog drained, nothing dropped,
 //! no flash error.
 //!
+//! With `--gateway GATEWAY` the same outage runs behind the gateway: the
+//! framed `device` firmware under QEMU, the gateway (with `--backlog`)
+//! between it and the broker, SIGKILLed and started again half-way (its
+//! QEMU goes with it). Per gateway boot the readings are unbroken, and
+//! boot 0's reach past the newest its backlog file held at the kill.
+//!
 //! ```text
 //! outage-e2e --qemu device-mqtt-backlog.elf [--outage SECONDS]
+//! outage-e2e --gateway target/release/gateway --qemu device.elf [--outage SECONDS]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -55,27 +62,33 @@ const WAIT: Duration = Duration::from_secs(60);
 struct Args {
     elf: PathBuf,
     outage: u64,
+    /// The gateway binary: the framed device behind it, its backlog the
+    /// gateway's (`--gateway`).
+    gateway: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut elf = None;
     let mut outage = 40;
+    let mut gateway = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = || it.next().ok_or(format!("{a} needs a value"));
         match a.as_str() {
             "--qemu" => elf = Some(PathBuf::from(value()?)),
             "--outage" => outage = value()?.parse().map_err(|e| format!("--outage: {e}"))?,
+            "--gateway" => gateway = Some(PathBuf::from(value()?)),
             _ => return Err(format!("unknown argument {a}\n{USAGE}")),
         }
     }
     Ok(Args {
         elf: elf.ok_or(USAGE)?,
         outage,
+        gateway,
     })
 }
 
-const USAGE: &str = "usage: outage-e2e --qemu FIRMWARE.elf [--outage SECONDS]";
+const USAGE: &str = "usage: outage-e2e --qemu FIRMWARE.elf [--outage SECONDS] [--gateway GATEWAY]";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -87,7 +100,11 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&args).await {
+    let outcome = match &args.gateway {
+        Some(gateway) => behind_gateway(&args, gateway).await,
+        None => run(&args).await,
+    };
+    match outcome {
         Ok(summary) => {
             println!(
                 "outage-e2e: passed in {:.1} s: {summary}",
@@ -143,14 +160,17 @@ struct Observer {
     child: Child,
     lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
     seen: Seen,
+    /// Payloads are JSON (the gateway's), else postcard (the device's).
+    json: bool,
 }
 
 impl Observer {
-    fn start(port: u16) -> Result<Self, String> {
+    fn start(port: u16, topic: &str, json: bool) -> Result<Self, String> {
+        let format = if json { "%P|%p" } else { "%P|%x" };
         let mut child = Process::new("mosquitto_sub")
             .args(["-h", "127.0.0.1", "-p", &port.to_string()])
             .args(["-V", "5", "-c", "-i", "outage-observer", "-q", "1"])
-            .args(["-t", topics::READINGS, "-F", "%P|%x"])
+            .args(["-t", topic, "-F", format])
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -160,6 +180,7 @@ impl Observer {
             child,
             lines: BufReader::new(out).lines(),
             seen: Seen::default(),
+            json,
         })
     }
 
@@ -173,20 +194,33 @@ impl Observer {
                 Ok(other) => return Err(format!("mosquitto_sub ended: {other:?}")),
                 Err(_) => return Err(format!("no {what} within {WAIT:?}")),
             };
-            let (id, reading) = parse(&line)?;
+            let (id, reading) = parse(&line, self.json)?;
             self.seen.add(id, reading);
         }
         Ok(())
     }
 }
 
-/// `aimdb-id:B:S|hex` into the id and the reading.
-fn parse(line: &str) -> Result<(Id, Reading), String> {
+/// `aimdb-id:B:S|payload` into the id and the reading (the payload JSON,
+/// or postcard in hex).
+fn parse(line: &str, json: bool) -> Result<(Id, Reading), String> {
     let (props, hex) = line.split_once('|').ok_or(format!("odd line {line:?}"))?;
     let id = props
         .strip_prefix("aimdb-id:")
         .and_then(parse_id)
         .ok_or(format!("no aimdb-id in {line:?}"))?;
+    if json {
+        let v: serde_json::Value =
+            serde_json::from_str(hex).map_err(|e| format!("{line:?}: {e}"))?;
+        let seq = v["seq"].as_u64().ok_or(format!("no seq in {line:?}"))? as u32;
+        return Ok((
+            id,
+            Reading {
+                seq,
+                centi_celsius: 0,
+            },
+        ));
+    }
     let bytes: Vec<u8> = (0..hex.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
@@ -280,6 +314,117 @@ async fn backlog_stats(port: u16) -> Result<String, String> {
     }
 }
 
+/// The newest reading of `boot` in a copy of the gateway's backlog file
+/// (4 KiB pages, 256 of them, JSON payloads).
+fn newest_in_gateway_file(file: &Path, boot: u32) -> Result<Option<u32>, String> {
+    let copy = file.with_extension("inspect");
+    std::fs::copy(file, &copy).map_err(|e| format!("copying the backlog: {e}"))?;
+    let flash = <FileFlash>::open(&copy, 258).map_err(|e| format!("{e}"))?;
+    let counters = Counters::new();
+    let mut buf = [0u8; 512];
+    futures::executor::block_on(async {
+        let mut b = Backlog::open(
+            flash,
+            0..256 * 4096,
+            Cache::new_uncached(),
+            0,
+            Full::DropOldest,
+            &counters,
+            &mut buf,
+        )
+        .await
+        .map_err(|e| format!("reading the backlog: {e}"))?;
+        let mut newest = None;
+        while let Some(e) = b.next(&mut buf).await.map_err(|e| e.to_string())? {
+            if e.stamp.boot == boot {
+                let v: serde_json::Value =
+                    serde_json::from_slice(e.payload).map_err(|e| e.to_string())?;
+                newest = newest.max(v["seq"].as_u64().map(|s| s as u32));
+            }
+            b.sent();
+        }
+        Ok(newest)
+    })
+}
+
+/// The same outage behind the gateway: the framed device under QEMU,
+/// the gateway (`--backlog`) between it and the broker, SIGKILLed and
+/// started again half-way (its QEMU goes with it, so the device restarts
+/// too). Per gateway boot the readings are 0, 1, 2, … with no gap, and
+/// boot 0's reach past the newest its file held at the kill.
+async fn behind_gateway(args: &Args, gateway: &Path) -> Result<String, String> {
+    let dir = RunDir(std::env::temp_dir().join(format!("aimdb-outage-gw-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).map_err(|e| format!("{}: {e}", dir.0.display()))?;
+    let file = dir.0.join("gateway-backlog.bin");
+    let mut broker = broker::start_persistent()?;
+    let port = broker.addr().port();
+    let prefix = "aimdb/outage";
+    let mut obs = Observer::start(port, &format!("{prefix}/readings"), true)?;
+    let spawn = || {
+        Process::new(gateway)
+            .args(["--qemu"])
+            .arg(&args.elf)
+            .args([
+                "--broker",
+                &format!("mqtt://127.0.0.1:{port}"),
+                "--prefix",
+                prefix,
+            ])
+            .arg("--backlog")
+            .arg(&file)
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", gateway.display()))
+    };
+    let mut gw = spawn()?;
+    obs.until("20 readings through the gateway", |s| {
+        s.last(0).is_some_and(|l| l >= 20)
+    })
+    .await?;
+    broker.stop()?;
+    let outage = Duration::from_secs(args.outage);
+    let down = Instant::now();
+    tokio::time::sleep(outage / 2).await;
+    gw.start_kill()
+        .map_err(|e| format!("killing the gateway: {e}"))?;
+    gw.wait()
+        .await
+        .map_err(|e| format!("reaping the gateway: {e}"))?;
+    let stored = newest_in_gateway_file(&file, 0)?;
+    println!("outage-e2e: gateway SIGKILLed after {:.1?}; its boot 0's newest stored reading: {stored:?}", down.elapsed());
+    let mut gw = spawn()?;
+    tokio::time::sleep(outage.saturating_sub(down.elapsed())).await;
+    broker.resume()?;
+    let back = Instant::now();
+    let behind = (outage / 2).as_secs_f64() * RATE;
+    obs.until("gateway boot 1 caught up", |s| {
+        s.last(1).is_some_and(|l| f64::from(l) >= behind + 20.0)
+    })
+    .await?;
+    let drained = back.elapsed();
+    let _ = gw.start_kill();
+    let seen = &obs.seen;
+    for (boot, seqs) in seen.boots.iter().enumerate() {
+        unbroken(boot, seqs)?;
+    }
+    let boot0 = seen.boots.first().map_or(0, Vec::len) as u32;
+    let newest = stored.ok_or("gateway boot 0 stored nothing during the outage")?;
+    if boot0 <= newest {
+        return Err(format!(
+            "gateway boot 0: readings 0..{boot0} arrived, but its file held up to {newest}"
+        ));
+    }
+    let _ = obs.child.start_kill();
+    Ok(format!(
+        "behind the gateway: boot 0 readings 0..{boot0} (its file held up to {newest} at the \
+         SIGKILL), boot 1: 0..{} caught up {drained:.1?} after the broker came back; every \
+         reading once and in order, {} duplicates dropped, through a {outage:?} outage",
+        seen.boots.get(1).map_or(0, Vec::len),
+        seen.duplicates
+    ))
+}
+
 /// Checks that `seqs` is 0, 1, 2, … with no gap.
 fn unbroken(boot: usize, seqs: &[u32]) -> Result<(), String> {
     match seqs.iter().enumerate().find(|(i, s)| **s != *i as u32) {
@@ -298,7 +443,7 @@ async fn run(args: &Args) -> Result<String, String> {
     std::fs::write(&flash, vec![0xffu8; FLASH_BYTES]).map_err(|e| format!("{e}"))?;
     let mut broker = broker::start_persistent()?;
     let port = broker.addr().port();
-    let mut obs = Observer::start(port)?;
+    let mut obs = Observer::start(port, topics::READINGS, false)?;
     let serial = format!("tcp:127.0.0.1:{port},reconnect=1");
     let spawn = || {
         qemu::spawn_in(&args.elf, &serial, Some(&dir.0))
