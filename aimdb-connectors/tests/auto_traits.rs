@@ -191,7 +191,7 @@ fn mqtt_run_over_device_tls_is_not_send() {
 #[test]
 fn mqtt_run_durable_over_a_file_backlog_is_send() {
     use aimdb_connectors::backlog::cache::Cache;
-    use aimdb_connectors::backlog::{self, Backlog, Counters as BacklogCounters, FileFlash, Full};
+    use aimdb_connectors::backlog::{self, Backlog, FileFlash, Full};
     use aimdb_connectors::mqtt::{Config, Counters, Mqtt};
     use aimdb_connectors::tokio_io::{TcpConnect, TokioClock};
     let counters: &'static Counters = leak(Counters::new());
@@ -199,7 +199,7 @@ fn mqtt_run_durable_over_a_file_backlog_is_send() {
     let (_, mut durable_routes) = tables!(HostRawMutex);
     let file = std::env::temp_dir().join(format!("aimdb-send-{}.bin", std::process::id()));
     let flash = <FileFlash>::open(&file, 2).unwrap();
-    let bc: &'static BacklogCounters = leak(BacklogCounters::new());
+    let bc: &'static backlog::Counters = leak(backlog::Counters::new());
     let mut buf = [0u8; 64];
     let mut bl = futures::executor::block_on(Backlog::open(
         flash,

@@ -359,24 +359,32 @@ impl<'c, F: MultiwriteNorFlash, C: CacheImpl<()>> Backlog<'c, F, C> {
         if !self.has_unsent() {
             return Ok(None);
         }
-        let len = {
-            let mut it = self.queue.iter().await.map_err(map)?;
-            let mut i = 0;
-            loop {
-                let Some(e) = it.next(&mut *buf).await.map_err(map)? else {
-                    // Counted entries are all in flash: the count was wrong.
-                    return Err(Error::Corrupted);
-                };
-                if i == self.sent {
-                    break e.len();
-                }
-                i += 1;
-            }
-        };
+        let len = self.first_unsent(buf, false).await?;
         // The queue reads an entry to the start of `buf`.
         entry::decode(&buf[..len])
             .map(Some)
             .map_err(|_| Error::Corrupted)
+    }
+
+    /// Reads the oldest entry not handed out into `buf` (removing it with
+    /// `pop`); its length.
+    async fn first_unsent(&mut self, buf: &mut [u8], pop: bool) -> Result<usize, Error> {
+        let mut it = self.queue.iter().await.map_err(map)?;
+        let mut i = 0;
+        loop {
+            let Some(e) = it.next(&mut *buf).await.map_err(map)? else {
+                // Counted entries are all in flash: the count was wrong.
+                return Err(Error::Corrupted);
+            };
+            if i == self.sent {
+                let len = e.len();
+                if pop {
+                    e.pop().await.map_err(map)?;
+                }
+                return Ok(len);
+            }
+            i += 1;
+        }
     }
 
     /// Removes the value [`Self::next`] returned: the engine can never
@@ -385,21 +393,7 @@ impl<'c, F: MultiwriteNorFlash, C: CacheImpl<()>> Backlog<'c, F, C> {
         if !self.has_unsent() {
             return Ok(());
         }
-        let len = {
-            let mut it = self.queue.iter().await.map_err(map)?;
-            let mut i = 0;
-            loop {
-                let Some(e) = it.next(&mut *buf).await.map_err(map)? else {
-                    return Err(Error::Corrupted);
-                };
-                if i == self.sent {
-                    let len = e.len() as u32;
-                    e.pop().await.map_err(map)?;
-                    break len;
-                }
-                i += 1;
-            }
-        };
+        let len = self.first_unsent(buf, true).await? as u32;
         self.depth -= 1;
         self.bytes -= len;
         if self.sent == 0 {
