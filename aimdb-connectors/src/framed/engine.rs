@@ -5,9 +5,9 @@ use aimdb_core::connector::{FrameSink, Message};
 use aimdb_core::presence::Cause;
 
 use super::frame::{self, Decoder, Event, FrameError};
-use super::{Config, Counters, Error, Heartbeat, MAX_ENCODED, MAX_FRAME};
+use super::{Config, Counters, Error, Heartbeat, Hold, MAX_ENCODED, MAX_FRAME};
 use crate::clock::Instant;
-use crate::engine::{Failure, Io, IoEnd, Offer};
+use crate::engine::{Delivery, Failure, Id, Io, IoEnd, Offer};
 use aimdb_core::counters::bump;
 
 /// Bytes read from the transport per `read` call.
@@ -52,6 +52,41 @@ pub struct Engine<'s, const RX: usize = MAX_FRAME, const TX: usize = MAX_ENCODED
     /// Our birth sequence for the next connection.
     next_seq: u64,
     conn: Conn,
+    /// Tracked frames sent and not yet acknowledged.
+    flight: Flight,
+    /// Acknowledgements owed to the peer.
+    owed: Owed,
+    /// Where acknowledgements wait until the application has the values
+    /// safe; `None`: acknowledged once the sink took them.
+    hold: Option<&'s (dyn Hold + Sync)>,
+}
+
+/// Tracked frames in flight at most: more wait in their backlog.
+pub const IN_FLIGHT: usize = 16;
+
+/// How often a held acknowledgement is looked at again.
+const HOLD_POLL: core::time::Duration = core::time::Duration::from_millis(10);
+
+/// Tracked frames sent, oldest first, until acknowledged.
+#[derive(Debug, Clone, Copy)]
+struct Flight {
+    ids: [Id; IN_FLIGHT],
+    head: u8,
+    len: u8,
+    /// Acknowledged since the last [`crate::engine::Engine::delivered`].
+    acked: u32,
+    /// A connection ended with tracked frames in flight.
+    lost: bool,
+}
+
+/// The receiving side of tracking: the newest tracked frame taken and the
+/// newest acknowledgement queued, this connection.
+#[derive(Debug, Clone, Copy)]
+struct Owed {
+    taken: Option<Id>,
+    queued: Option<Id>,
+    /// When to ask the hold again (a frame taken is not settled yet).
+    check_at: Option<Instant>,
 }
 
 /// Where the transmit buffer stands; kept across connections so that a
@@ -120,6 +155,54 @@ impl<'s, const RX: usize, const TX: usize> Engine<'s, RX, TX> {
                 wrote_at: Instant::ZERO,
                 ended: None,
             },
+            flight: Flight {
+                ids: [Id { boot: 0, seq: 0 }; IN_FLIGHT],
+                head: 0,
+                len: 0,
+                acked: 0,
+                lost: false,
+            },
+            owed: Owed {
+                taken: None,
+                queued: None,
+                check_at: None,
+            },
+            hold: None,
+        }
+    }
+
+    pub(super) fn set_hold(&mut self, hold: &'s (dyn Hold + Sync)) {
+        self.hold = Some(hold);
+    }
+
+    /// The peer acknowledged every tracked frame up to `id`.
+    fn acked(&mut self, id: Id) {
+        let f = &mut self.flight;
+        while f.len > 0 && f.ids[f.head as usize] <= id {
+            f.head = (f.head + 1) % IN_FLIGHT as u8;
+            f.len -= 1;
+            f.acked += 1;
+        }
+    }
+
+    /// Queues the acknowledgement owed, if any and if it fits.
+    fn settle(&mut self, now: Instant) {
+        let o = &mut self.owed;
+        let due = match self.hold {
+            None => o.taken,
+            Some(hold) => {
+                let settled = hold.settled();
+                o.check_at = (settled != o.taken).then(|| after(now, HOLD_POLL));
+                settled
+            }
+        };
+        let Some(id) = due.filter(|&d| Some(d) != o.queued) else {
+            return;
+        };
+        let len = self.out.len;
+        if let Ok(n) = frame::encode_tracked("", &[], id, &mut self.tx[len..]) {
+            self.out.len += n;
+            self.owed.queued = Some(id);
         }
     }
 
@@ -208,6 +291,53 @@ impl<'s, const RX: usize, const TX: usize> Engine<'s, RX, TX> {
             .map_or(self.out.len, |i| sent + i + 1)
     }
 
+    /// Encodes `m` (tracked with `id`) into the transmit buffer.
+    fn put(&mut self, m: &Message<'_>, id: Option<Id>) -> Offer {
+        let len = self.out.len;
+        let lagged = m.lagged.min(u64::from(u32::MAX)) as u32;
+        let encoded = match id {
+            None => frame::encode(m.topic, m.payload, &mut self.tx[len..]),
+            Some(id) => frame::encode_tracked(m.topic, m.payload, id, &mut self.tx[len..]),
+        };
+        match encoded {
+            Ok(n) => {
+                bump(&self.counters.lagged, lagged);
+                if m.urgent {
+                    // Ahead of the normal frames not yet started.
+                    let lo = self.out.urgent_end.max(self.first_unstarted()).min(len);
+                    rotate_right(&mut self.tx[lo..len + n], n);
+                    self.out.urgent_end = lo + n;
+                }
+                self.out.len += n;
+                Offer::Accepted
+            }
+            // Full: send what is there first.
+            Err(_) if len > 0 => Offer::Busy,
+            Err(_) => {
+                bump(&self.counters.lagged, lagged);
+                bump(&self.counters.dropped, 1);
+                Offer::TooLarge
+            }
+        }
+    }
+
+    /// When the heartbeat next needs the engine polled.
+    fn heartbeat_at(&self) -> Option<Instant> {
+        let c = &self.conn;
+        let hb = self.heartbeat.filter(|_| c.beating && c.ended.is_none())?;
+        // Silent for longer than the timeout: a microsecond past it.
+        let silent = after(
+            after(c.heard_at, hb.timeout),
+            core::time::Duration::from_micros(1),
+        );
+        let idle = self.out.len == 0 && !self.out.resync;
+        Some(if idle {
+            silent.min(after(c.wrote_at, hb.interval))
+        } else {
+            silent
+        })
+    }
+
     fn end_with(&mut self, e: Error) {
         if self.conn.ended.is_none() {
             if e == Error::PeerSilent {
@@ -251,6 +381,17 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
         }
         self.resume();
         self.out.urgent_end = self.out.len;
+        // Acknowledgements of the last connection may be lost: what was in
+        // flight is offered again.
+        if self.flight.len > 0 {
+            self.flight.len = 0;
+            self.flight.lost = true;
+        }
+        self.owed = Owed {
+            taken: None,
+            queued: None,
+            check_at: None,
+        };
         if beating {
             // The hello: the peer learns our sequence at once.
             self.queue_keepalive(own);
@@ -295,18 +436,30 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
         bump(&self.counters.bytes_in, n as u32);
         self.conn.heard_at = now;
         let mut at = 0;
+        let mut tracked = false;
         while at < n {
             // The decoder borrows the frame out of itself: copy what the
             // event says, then act.
             let (used, what) = match self.decoder.push(&self.chunk[at..n]) {
                 Event::NeedMore => break,
-                Event::Frame(f, used) if f.topic.is_empty() => {
-                    (used, Got::Keepalive(keepalive_seq(f.payload)))
-                }
+                Event::Frame(f, used) if f.topic.is_empty() => match f.id {
+                    None => (used, Got::Keepalive(keepalive_seq(f.payload))),
+                    Some(id) if f.payload.is_empty() => (used, Got::Ack(id)),
+                    Some(_) => (used, Got::Bad(FrameError::Malformed)),
+                },
                 Event::Frame(f, used) => {
                     bump(&self.counters.received, 1);
                     let ok = sink.dispatch(f.topic, f.payload).is_ok();
-                    (used, Got::Frame(ok))
+                    if let Some(id) = f.id {
+                        let topic = f.topic;
+                        self.owed.taken = Some(id);
+                        if let Some(hold) = self.hold {
+                            hold.took(topic, id, ok);
+                        }
+                        (used, Got::Tracked(ok))
+                    } else {
+                        (used, Got::Frame(ok))
+                    }
                 }
                 Event::Error(e, used) => (used, Got::Bad(e)),
             };
@@ -326,8 +479,22 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
                     }
                     self.heard(None);
                 }
+                Got::Tracked(ok) => {
+                    if !ok {
+                        bump(&self.counters.rejected, 1);
+                    }
+                    self.heard(None);
+                    tracked = true;
+                }
+                Got::Ack(id) => {
+                    self.acked(id);
+                    self.heard(None);
+                }
                 Got::Bad(e) => self.frame_error(e),
             }
+        }
+        if tracked || self.owed.check_at.is_some() {
+            self.settle(now);
         }
     }
 
@@ -365,6 +532,10 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
         if out.sent == out.len {
             *out = Outbox::default();
         }
+        // An acknowledgement that found no room has some now.
+        if self.owed.taken != self.owed.queued {
+            self.settle(now);
+        }
     }
 
     fn accepting(&self) -> bool {
@@ -376,48 +547,50 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
     }
 
     fn offer(&mut self, m: &Message<'_>, _now: Instant) -> Offer {
-        let len = self.out.len;
-        let lagged = m.lagged.min(u64::from(u32::MAX)) as u32;
-        match frame::encode(m.topic, m.payload, &mut self.tx[len..]) {
-            Ok(n) => {
-                bump(&self.counters.lagged, lagged);
-                if m.urgent {
-                    // Ahead of the normal frames not yet started.
-                    let lo = self.out.urgent_end.max(self.first_unstarted()).min(len);
-                    rotate_right(&mut self.tx[lo..len + n], n);
-                    self.out.urgent_end = lo + n;
-                }
-                self.out.len += n;
-                Offer::Accepted
-            }
-            // Full: send what is there first.
-            Err(_) if len > 0 => Offer::Busy,
-            Err(_) => {
-                bump(&self.counters.lagged, lagged);
-                bump(&self.counters.dropped, 1);
-                Offer::TooLarge
-            }
+        self.put(m, None)
+    }
+
+    const TRACKS: bool = true;
+
+    fn offer_tracked(&mut self, m: &Message<'_>, id: Id, _now: Instant) -> Offer {
+        let f = &self.flight;
+        if f.len as usize == IN_FLIGHT {
+            return Offer::Busy;
         }
+        let offer = self.put(m, Some(id));
+        if offer == Offer::Accepted {
+            let f = &mut self.flight;
+            f.ids[(f.head as usize + f.len as usize) % IN_FLIGHT] = id;
+            f.len += 1;
+        }
+        offer
+    }
+
+    fn delivered(&mut self) -> Delivery {
+        let f = &mut self.flight;
+        let d = Delivery {
+            acked: f.acked,
+            lost: f.lost,
+        };
+        (f.acked, f.lost) = (0, false);
+        d
     }
 
     fn poll_at(&self) -> Option<Instant> {
-        let c = &self.conn;
-        let hb = self.heartbeat.filter(|_| c.beating && c.ended.is_none())?;
-        // Silent for longer than the timeout: a microsecond past it.
-        let silent = after(
-            after(c.heard_at, hb.timeout),
-            core::time::Duration::from_micros(1),
-        );
-        let idle = self.out.len == 0 && !self.out.resync;
-        Some(if idle {
-            silent.min(after(c.wrote_at, hb.interval))
-        } else {
-            silent
-        })
+        let hb = self.heartbeat_at();
+        match (hb, self.owed.check_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn poll(&mut self, now: Instant) {
-        let Some(due) = self.poll_at() else { return };
+        if self.owed.check_at.is_some_and(|t| now >= t) {
+            self.settle(now);
+        }
+        let Some(due) = self.heartbeat_at() else {
+            return;
+        };
         if now < due {
             return;
         }
@@ -472,6 +645,10 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
 enum Got {
     Keepalive(Option<u64>),
     Frame(bool),
+    /// A tracked frame, accepted or not.
+    Tracked(bool),
+    /// An acknowledgement.
+    Ack(Id),
     Bad(FrameError),
 }
 

@@ -64,6 +64,25 @@
 //! message source; the buffer costs no memory beyond the `TX` bytes it
 //! already had.
 //!
+//! # Tracked values and acknowledgements
+//!
+//! The protocol acknowledges the values of a durable backlog (and only
+//! those): [`Framed::run_reconnecting_durable`] and
+//! [`Framed::run_with_clock_durable`] send a backlog's values as
+//! **tracked** frames, each carrying its [`Id`](crate::engine::Id), at
+//! most [`IN_FLIGHT`] unacknowledged at a time; a backlog removes a value
+//! once the peer acknowledged it, and offers again, oldest first, what
+//! was in flight when a connection ended. Every connector acknowledges
+//! the tracked frames it receives, one acknowledgement for all that one
+//! read brought (they are cumulative): by default as soon as its
+//! dispatcher took them (accepted or rejected: a value the peer can never
+//! take must not stop the backlog behind it), or, with a [`Hold`]
+//! ([`Framed::with_hold`]), once the application says they are safe — a
+//! gateway that acknowledges a device's values only once they are in its
+//! own durable backlog. So on this link a tracked value is delivered **at
+//! least once**: a duplicate comes only from a connection that ended
+//! with values in flight, and carries the same id as the first copy.
+//!
 //! # Heartbeat and link state
 //!
 //! A link can stay quiet for long: a device with nothing to report, or a
@@ -138,7 +157,7 @@ use crate::clock::{Clock, Frozen};
 use crate::connect::Connect;
 use crate::reconnect::{Backoff, Reconnect, Stopped};
 use crate::runner::{Drive, Runner, Settings};
-pub use engine::Engine;
+pub use engine::{Engine, IN_FLIGHT};
 pub use frame::{MAX_ENCODED, MAX_FRAME};
 
 /// Why [`Framed::run`] ended. Bad frames never end it; only the transport
@@ -229,6 +248,26 @@ impl Stats {
     pub fn errors_in(&self) -> u32 {
         self.oversized + self.cobs_errors + self.malformed + self.rejected
     }
+}
+
+/// Where a receiving connector's acknowledgements wait until the
+/// application has the tracked values safe (module docs: "Tracked values
+/// and acknowledgements").
+///
+/// The connector reports each tracked frame it handed to its dispatcher
+/// ([`Hold::took`]) and acknowledges, cumulatively, up to what
+/// [`Hold::settled`] says, asking again every few milliseconds while
+/// something it took is not settled. Calls come from the connector's
+/// task; an implementation shares its state with the task that makes the
+/// values safe (a gateway's backlog), through atomics or a lock.
+pub trait Hold {
+    /// A tracked frame of `topic` with `id` went to the dispatcher, which
+    /// `accepted` it or not.
+    fn took(&self, topic: &[u8], id: crate::engine::Id, accepted: bool);
+
+    /// The newest id up to which every tracked frame taken is safe (may
+    /// be acknowledged); `None`: none yet.
+    fn settled(&self) -> Option<crate::engine::Id>;
 }
 
 /// Keep-alives and the silence timeout: see the module docs ("Heartbeat
@@ -344,6 +383,14 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
     #[must_use]
     pub const fn with_link(mut self, link: &'s (dyn Sink<LinkState> + Sync)) -> Self {
         self.runner.set_link(link);
+        self
+    }
+
+    /// The same connector, acknowledging the tracked frames it receives
+    /// only once `hold` says they are safe (see [`Hold`]).
+    #[must_use]
+    pub fn with_hold(mut self, hold: &'s (dyn Hold + Sync)) -> Self {
+        self.engine.set_hold(hold);
         self
     }
 
@@ -514,13 +561,42 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
         D: FrameSink + ?Sized,
         S: MessageSource + ?Sized,
     {
+        self.run_with_clock_durable(rx, tx, clock, inbound, outbound, ())
+            .await
+    }
+
+    /// [`Self::run_with_clock`] with a durable backlog: `durable`'s
+    /// values go as tracked frames and leave it once the peer
+    /// acknowledged them (module docs: "Tracked values and
+    /// acknowledgements"; `backlog::Durable`, feature `backlog`).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Self::run`]; the backlog keeps every value not acknowledged.
+    pub async fn run_with_clock_durable<R, W, K, D, S, B>(
+        &mut self,
+        rx: R,
+        tx: W,
+        clock: K,
+        inbound: &mut D,
+        outbound: &mut S,
+        durable: B,
+    ) -> Error
+    where
+        R: Read,
+        W: Write,
+        K: Clock,
+        D: FrameSink + ?Sized,
+        S: MessageSource + ?Sized,
+        B: crate::durable::Durable,
+    {
         self.engine.set_mode(true, false);
         let mut d = Drive {
             engine: &mut self.engine,
             clock: &clock,
             sink: inbound,
             source: outbound,
-            durable: (),
+            durable,
         };
         self.runner.one(&mut d, rx, tx).await
     }
@@ -547,7 +623,7 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
     /// As [`Self::run`]: dropping the future loses no outbound message.
     pub async fn run_reconnecting<C, K, D, S>(
         &mut self,
-        mut connect: C,
+        connect: C,
         clock: K,
         inbound: &mut D,
         outbound: &mut S,
@@ -557,6 +633,34 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
         K: Clock,
         D: FrameSink + ?Sized,
         S: MessageSource + ?Sized,
+    {
+        self.run_reconnecting_durable(connect, clock, inbound, outbound, ())
+            .await
+    }
+
+    /// [`Self::run_reconnecting`] with a durable backlog: `durable`'s
+    /// values are stored as they come, connected or not, go as tracked
+    /// frames and leave it once the peer acknowledged them (module docs:
+    /// "Tracked values and acknowledgements"; `backlog::Durable`, feature
+    /// `backlog`).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Self::run`]; the backlog keeps every value not acknowledged.
+    pub async fn run_reconnecting_durable<C, K, D, S, B>(
+        &mut self,
+        mut connect: C,
+        clock: K,
+        inbound: &mut D,
+        outbound: &mut S,
+        durable: B,
+    ) -> Stopped
+    where
+        C: Connect,
+        K: Clock,
+        D: FrameSink + ?Sized,
+        S: MessageSource + ?Sized,
+        B: crate::durable::Durable,
     {
         self.engine.set_mode(true, true);
         let settings = Settings {
@@ -570,7 +674,7 @@ impl<'s, const RX: usize, const TX: usize> Framed<'s, RX, TX> {
             clock: &clock,
             sink: inbound,
             source: outbound,
-            durable: (),
+            durable,
         };
         let never = core::future::pending::<()>();
         self.runner

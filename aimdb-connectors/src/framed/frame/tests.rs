@@ -134,9 +134,37 @@ fn valid_cobs_without_a_tuple_is_malformed() {
     // Topic length 3 with one byte of topic.
     let got = decode_all::<64>(&[3, 3, b'a', 0], 4);
     assert_eq!(got, std::vec![Err(FrameError::Malformed)]);
-    // A good tuple followed by an extra byte.
-    let got = decode_all::<64>(&[5, 1, b'a', 1, b'b', 2, b'x', 0], 8);
+    // A good tuple followed by one varint (an id needs two).
+    let got = decode_all::<64>(&[6, 1, b'a', 1, b'b', b'x', 0], 8);
     assert_eq!(got, std::vec![Err(FrameError::Malformed)]);
+    // ... or by three.
+    let got = decode_all::<64>(&[8, 1, b'a', 1, b'b', 1, 2, 3, 0], 8);
+    assert_eq!(got, std::vec![Err(FrameError::Malformed)]);
+}
+
+#[test]
+fn a_tracked_frame_carries_its_id_after_the_tuple() {
+    let id = Id { boot: 7, seq: 300 };
+    let mut out = [0u8; 32];
+    let n = encode_tracked("t", b"\x00v", id, &mut out).unwrap();
+    // The same tuple as an untracked frame, then varint 7, varint 300.
+    let mut raw = std::vec![1, b't', 2, 0, b'v', 7, 0xac, 0x02];
+    assert_eq!(cobs_decode(&out[..n]), raw);
+    let mut dec = Decoder::<64>::new();
+    match dec.push(&out[..n]) {
+        Event::Frame(f, used) => {
+            assert_eq!(
+                (f.topic, f.payload, f.id, used),
+                (&b"t"[..], &b"\x00v"[..], Some(id), n)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // An untracked frame has none.
+    raw.truncate(5);
+    let n = encode("t", b"\x00v", &mut out).unwrap();
+    assert_eq!(cobs_decode(&out[..n]), raw);
+    assert!(matches!(dec.push(&out[..n]), Event::Frame(f, _) if f.id.is_none()));
 }
 
 #[test]
