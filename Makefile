@@ -10,6 +10,7 @@ DEVICE_ELF = target-fw/thumbv7m-none-eabi/release/device
 DEVICE_MQTT_ELF = target-fw/thumbv7m-none-eabi/release/device-mqtt
 DEVICE_MQTT_TLS_ELF = target-fw/thumbv7m-none-eabi/release/device-mqtt-tls
 DEVICE_MQTT_BACKLOG_ELF = target-fw/thumbv7m-none-eabi/release/device-mqtt-backlog
+DEVICE_BACKLOG_ELF = target-fw/thumbv7m-none-eabi/release/device-backlog
 
 ## The project's main job: the device firmware under QEMU, its UART bridged
 ## by the tokio gateway to an MQTT broker (a mosquitto the gateway starts);
@@ -31,8 +32,9 @@ demo:
 ## certificate checked in the firmware); then the MQTT device with its
 ## readings durable on flash through a 40 s broker outage with a device
 ## reset half-way, every reading once and in order
-## (src/bin/outage-e2e.rs), and the same outage behind the gateway with
-## its readings in a backlog file and the gateway SIGKILLed half-way;
+## (src/bin/outage-e2e.rs), and the same outage behind the gateway, the
+## framed device's readings durable on its flash until the gateway has
+## them in its backlog file, the gateway (and its QEMU) SIGKILLed half-way;
 ## then presence
 ## through the gateway: the device frozen, killed and restarted, the
 ## gateway killed, watched with mosquitto_sub; and a killed gateway's own
@@ -45,7 +47,7 @@ e2e:
 	$(CARGO) run --release -p gateway --bin mqtt-device-e2e -- --qemu $(DEVICE_MQTT_TLS_ELF) --tls
 	$(CARGO) run --release -p gateway --bin outage-e2e -- --qemu $(DEVICE_MQTT_BACKLOG_ELF)
 	$(CARGO) build --release -p gateway --bin gateway
-	$(CARGO) run --release -p gateway --bin outage-e2e -- --gateway target/release/gateway --qemu $(DEVICE_ELF)
+	$(CARGO) run --release -p gateway --bin outage-e2e -- --gateway target/release/gateway --qemu $(DEVICE_BACKLOG_ELF)
 	$(CARGO) run --release -p gateway --bin presence-e2e -- --qemu $(DEVICE_ELF)
 
 ## Every host test, for each feature set of aimdb-core CI builds, and the

@@ -229,8 +229,12 @@ struct TestHold {
 }
 
 impl Hold for TestHold {
-    fn took(&self, _topic: &[u8], id: Id, _accepted: bool) {
+    fn taking(&self, _topic: &[u8], id: Id) {
         self.took.lock().unwrap().push(id);
+    }
+
+    fn took(&self, _id: Id, accepted: bool) {
+        assert!(accepted);
     }
 
     fn settled(&self) -> Option<Id> {

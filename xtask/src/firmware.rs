@@ -233,9 +233,17 @@ fn smoke_fail(cpu: Cpu) -> Result<()> {
     Ok(())
 }
 
-/// The readings-durable MQTT device: a bin that needs the `backlog`
-/// feature (which also shrinks the device app's readings `Ring`).
-const BACKLOG_BUILD: [&str; 4] = ["--features", "backlog", "--bin", "device-mqtt-backlog"];
+/// The readings-durable devices (MQTT, framed): bins that need the
+/// `backlog` feature (which also shrinks the device app's readings
+/// `Ring`).
+const BACKLOG_BUILD: [&str; 6] = [
+    "--features",
+    "backlog",
+    "--bin",
+    "device-mqtt-backlog",
+    "--bin",
+    "device-backlog",
+];
 
 fn device() -> Result<()> {
     let tc = Toolchain::select()?;

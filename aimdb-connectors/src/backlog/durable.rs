@@ -21,15 +21,51 @@ use crate::runner::BURST;
 ///
 /// `buf` holds one entry: [`HEAD`](super::HEAD) plus the longest topic
 /// and payload of `routes`.
-pub struct Durable<'a, 'c, F: MultiwriteNorFlash, C: CacheImpl<()>, M: ?Sized> {
+pub struct Durable<'a, 'c, F: MultiwriteNorFlash, C: CacheImpl<()>, M: ?Sized, O = ()> {
     backlog: &'a mut Backlog<'c, F, C>,
     routes: &'a mut M,
     buf: &'a mut [u8],
     ready: Option<Ready>,
+    origin: O,
 }
 
-impl<F: MultiwriteNorFlash, C: CacheImpl<()>, M: ?Sized> core::fmt::Debug
-    for Durable<'_, '_, F, C, M>
+/// Where the values of a backlog's routes come from, when that is
+/// another node's backlog: a gateway that stores a device's values under
+/// the device's ids ([`Backlog::push_from`]) and acknowledges them to
+/// the device once stored (a [`Hold`](crate::framed::Hold) on its framed
+/// link). `()`: the values are this node's own.
+pub trait Origin {
+    /// The next value of the routes is being stored, `lagged` values
+    /// before it lost: the id it came with, if any.
+    fn id(&self, lagged: u64) -> Option<Id>;
+
+    /// The value that came with `id` is stored, or lost (the backlog
+    /// full, the value too large: counted there).
+    fn stored(&self, id: Id);
+}
+
+impl Origin for () {
+    #[inline(always)]
+    fn id(&self, _lagged: u64) -> Option<Id> {
+        None
+    }
+
+    #[inline(always)]
+    fn stored(&self, _id: Id) {}
+}
+
+impl<T: Origin + ?Sized> Origin for &T {
+    fn id(&self, lagged: u64) -> Option<Id> {
+        (**self).id(lagged)
+    }
+
+    fn stored(&self, id: Id) {
+        (**self).stored(id);
+    }
+}
+
+impl<F: MultiwriteNorFlash, C: CacheImpl<()>, M: ?Sized, O> core::fmt::Debug
+    for Durable<'_, '_, F, C, M, O>
 {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Durable")
@@ -51,21 +87,35 @@ where
             routes,
             buf,
             ready: None,
+            origin: (),
         }
     }
 
-    /// The backlog.
-    pub fn backlog(&self) -> &Backlog<'c, F, C> {
-        self.backlog
+    /// The same, storing each value under the id it came with from
+    /// `origin` (see [`Origin`]).
+    pub fn with_origin<O: Origin>(self, origin: O) -> Durable<'a, 'c, F, C, M, O> {
+        Durable {
+            backlog: self.backlog,
+            routes: self.routes,
+            buf: self.buf,
+            ready: self.ready,
+            origin,
+        }
     }
 }
 
-impl<F, C, M> Durable<'_, '_, F, C, M>
+impl<'c, F, C, M, O> Durable<'_, 'c, F, C, M, O>
 where
     F: MultiwriteNorFlash,
     C: CacheImpl<()>,
     M: MessageSource + ?Sized,
+    O: Origin,
 {
+    /// The backlog.
+    pub fn backlog(&self) -> &Backlog<'c, F, C> {
+        self.backlog
+    }
+
     /// Stores what the routes have ready, a burst at most; the routes then
     /// hold `cx`'s waker.
     fn store(&mut self, now: Instant, cx: &mut Context<'_>) {
@@ -78,9 +128,17 @@ where
                 },
             };
             let m = self.routes.message(ready);
+            let origin = self.origin.id(m.lagged);
+            let stored = match origin {
+                None => block_on(self.backlog.push(&m, now, self.buf)),
+                Some(id) => block_on(self.backlog.push_from(&m, id, now, self.buf)),
+            };
             // A value that cannot be stored is counted by the backlog.
-            if let Err(e) = block_on(self.backlog.push(&m, now, self.buf)) {
+            if let Err(e) = stored {
                 log_warn!("backlog: a value was not stored: {}", e);
+            }
+            if let Some(id) = origin {
+                self.origin.stored(id);
             }
         }
     }
@@ -117,11 +175,12 @@ where
     }
 }
 
-impl<F, C, M> crate::durable::Durable for Durable<'_, '_, F, C, M>
+impl<F, C, M, O> crate::durable::Durable for Durable<'_, '_, F, C, M, O>
 where
     F: MultiwriteNorFlash,
     C: CacheImpl<()>,
     M: MessageSource + ?Sized,
+    O: Origin,
 {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if self.ready.is_none() {

@@ -49,7 +49,7 @@ use embedded_storage_async::nor_flash::MultiwriteNorFlash;
 use sequential_storage::cache::CacheImpl;
 use sequential_storage::queue::{QueueConfig, QueueStorage};
 
-pub use durable::Durable;
+pub use durable::{Durable, Origin};
 pub use entry::{Entry, Stamp, HEAD};
 #[cfg(feature = "std")]
 pub use file::FileFlash;
@@ -292,6 +292,41 @@ impl<'c, F: MultiwriteNorFlash, C: CacheImpl<()>> Backlog<'c, F, C> {
             seq: self.seq,
             at_ms: millis(now),
         };
+        let stored = self.put(m, stamp, now, buf).await?;
+        self.seq = self.seq.wrapping_add(1);
+        Ok(stored)
+    }
+
+    /// Stores `m` as [`Self::push`] does, but under the id it came with
+    /// from another node's backlog (a gateway forwarding a device's
+    /// values keeps the device's ids, so a consumer drops a duplicate
+    /// the device sent again); this backlog's own sequence does not move.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::push`].
+    pub async fn push_from(
+        &mut self,
+        m: &Message<'_>,
+        origin: crate::engine::Id,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Stamp, Error> {
+        let stamp = Stamp {
+            boot: origin.boot,
+            seq: origin.seq,
+            at_ms: millis(now),
+        };
+        self.put(m, stamp, now, buf).await
+    }
+
+    async fn put(
+        &mut self,
+        m: &Message<'_>,
+        stamp: Stamp,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Result<Stamp, Error> {
         let Ok(n) = entry::encode(m, stamp, buf) else {
             aimdb_core::counters::bump(&self.counters.too_large, 1);
             return Err(Error::TooLarge);
@@ -310,7 +345,6 @@ impl<'c, F: MultiwriteNorFlash, C: CacheImpl<()>> Backlog<'c, F, C> {
                 Err(e) => return Err(self.failed(e)),
             }
         }
-        self.seq = self.seq.wrapping_add(1);
         self.depth += 1;
         self.bytes += n as u32;
         if self.depth == 1 {

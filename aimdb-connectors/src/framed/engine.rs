@@ -449,16 +449,20 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
                 },
                 Event::Frame(f, used) => {
                     bump(&self.counters.received, 1);
+                    let hold = self.hold.zip(f.id);
+                    if let Some((hold, id)) = hold {
+                        hold.taking(f.topic, id);
+                    }
                     let ok = sink.dispatch(f.topic, f.payload).is_ok();
-                    if let Some(id) = f.id {
-                        let topic = f.topic;
-                        self.owed.taken = Some(id);
-                        if let Some(hold) = self.hold {
-                            hold.took(topic, id, ok);
+                    if let Some((hold, id)) = hold {
+                        hold.took(id, ok);
+                    }
+                    match f.id {
+                        Some(id) => {
+                            self.owed.taken = Some(id);
+                            (used, Got::Tracked(ok))
                         }
-                        (used, Got::Tracked(ok))
-                    } else {
-                        (used, Got::Frame(ok))
+                        None => (used, Got::Frame(ok)),
                     }
                 }
                 Event::Error(e, used) => (used, Got::Bad(e)),

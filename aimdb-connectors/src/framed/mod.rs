@@ -254,16 +254,21 @@ impl Stats {
 /// application has the tracked values safe (module docs: "Tracked values
 /// and acknowledgements").
 ///
-/// The connector reports each tracked frame it handed to its dispatcher
-/// ([`Hold::took`]) and acknowledges, cumulatively, up to what
-/// [`Hold::settled`] says, asking again every few milliseconds while
-/// something it took is not settled. Calls come from the connector's
-/// task; an implementation shares its state with the task that makes the
-/// values safe (a gateway's backlog), through atomics or a lock.
+/// The connector reports each tracked frame as it hands it to its
+/// dispatcher ([`Hold::taking`], then [`Hold::took`]) and acknowledges,
+/// cumulatively, up to what [`Hold::settled`] says, asking again every
+/// few milliseconds while something it took is not settled. Calls come
+/// from the connector's task; an implementation shares its state with
+/// the task that makes the values safe (a gateway's backlog, through
+/// `backlog::Origin`), through atomics or a lock.
 pub trait Hold {
-    /// A tracked frame of `topic` with `id` went to the dispatcher, which
-    /// `accepted` it or not.
-    fn took(&self, topic: &[u8], id: crate::engine::Id, accepted: bool);
+    /// A tracked frame of `topic` with `id` goes to the dispatcher now
+    /// (before any record sees its value).
+    fn taking(&self, topic: &[u8], id: crate::engine::Id);
+
+    /// The dispatcher `accepted` that frame, or not (then it will never
+    /// be safer than it is: settle it).
+    fn took(&self, id: crate::engine::Id, accepted: bool);
 
     /// The newest id up to which every tracked frame taken is safe (may
     /// be acknowledged); `None`: none yet.

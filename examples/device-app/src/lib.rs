@@ -129,12 +129,31 @@ pub fn framed_config() -> framed::Config {
 /// is re-sent each time, and each call takes the next birth sequence
 /// (`config.first_seq` is not used).
 pub async fn connector<R: Read, W: Write>(rx: R, tx: W, config: framed::Config) -> framed::Error {
-    let (Ok(readings), Ok(status)) = (READINGS.subscribe(), STATUS.subscribe()) else {
+    let Ok(readings) = READINGS.subscribe() else {
         // Only this function subscribes, and it releases its readers on
         // return: a second concurrent call is a programming error.
         return framed::Error::Closed;
     };
     let mut readings = outbound::Link::new(readings, topics::READINGS, Postcard);
+    connection(rx, tx, config, Some(&mut readings), ()).await
+}
+
+/// One connection of the framed connector, with the readings route (or
+/// none: they go through `durable`).
+async fn connection<R: Read, W: Write, L, D>(
+    rx: R,
+    tx: W,
+    config: framed::Config,
+    readings: Option<&mut L>,
+    durable: D,
+) -> framed::Error
+where
+    L: outbound::Route + Send,
+    D: aimdb_connectors::durable::Durable,
+{
+    let Ok(status) = STATUS.subscribe() else {
+        return framed::Error::Closed;
+    };
     let mut status = outbound::Link::new(status, topics::STATUS, Postcard);
     let mut answers = outbound::Link::new(REMOTE.requests(), topics::REMOTE_RSP, REMOTE.answers());
     // A reading is at most 10 bytes of postcard, a status 13; a remote
@@ -144,7 +163,10 @@ pub async fn connector<R: Read, W: Write>(rx: R, tx: W, config: framed::Config) 
     // state across the awaits below.
     let routes = {
         let mut b = Routes::<_, 1, 3>::builder(&READY, &mut payload);
-        b.link(&mut readings).link(&mut status).link(&mut answers);
+        if let Some(readings) = readings {
+            b.link(readings);
+        }
+        b.link(&mut status).link(&mut answers);
         b.build()
     };
     let dispatch = {
@@ -164,8 +186,70 @@ pub async fn connector<R: Read, W: Write>(rx: R, tx: W, config: framed::Config) 
         .with_config(config)
         .with_link(&LINK_STATE);
     framed
-        .run_with_clock(rx, tx, EmbassyClock, &mut dispatch, &mut routes)
+        .run_with_clock_durable(rx, tx, EmbassyClock, &mut dispatch, &mut routes, durable)
         .await
+}
+
+/// As [`connector`] for ever (a UART never closes; should a connection
+/// end anyway, the next starts), with the readings durable: each is
+/// stored in `flash` (its whole `range`, erase pages) as it is written,
+/// sent from there oldest first as tracked frames and removed once the
+/// host acknowledged it, so an outage longer than the readings `Ring`, or
+/// a reset, loses none ([`aimdb_connectors::backlog`]). `boot` must grow
+/// at every reset (`backlog::next_boot`). A full backlog drops its oldest
+/// readings. Returns only if the backlog cannot be opened.
+#[cfg(feature = "backlog")]
+pub async fn connector_durable<R, W, F>(
+    mut rx: R,
+    mut tx: W,
+    config: framed::Config,
+    flash: F,
+    range: core::ops::Range<u32>,
+    boot: u32,
+) where
+    R: Read,
+    W: Write,
+    F: embedded_storage_async::nor_flash::MultiwriteNorFlash,
+{
+    use aimdb_connectors::backlog::{self, Backlog, Full};
+    static DURABLE_READY: Readiness<1> = Readiness::new();
+    let mut entry = [0u8; ENTRY_MAX];
+    let pages = (range.end - range.start) as usize / F::ERASE_SIZE;
+    if pages > BACKLOG_PAGES {
+        return;
+    }
+    let opened = Backlog::open(
+        flash,
+        range,
+        backlog_cache(),
+        boot,
+        Full::DropOldest,
+        &BACKLOG,
+        &mut entry,
+    )
+    .await;
+    let (Ok(mut backlog), Ok(readings)) = (opened, READINGS.subscribe()) else {
+        return;
+    };
+    let mut readings = outbound::Link::new(readings, topics::READINGS, Postcard);
+    let mut payload = [0u8; 16];
+    let mut b = Routes::<_, 1, 1>::builder(&DURABLE_READY, &mut payload);
+    b.link(&mut readings);
+    let Ok(mut durable_routes) = b.build() else {
+        return;
+    };
+    let mut durable = backlog::Durable::new(&mut backlog, &mut durable_routes, &mut entry);
+    loop {
+        let e = connection(
+            &mut rx,
+            &mut tx,
+            config,
+            None::<&mut ReadingsLink>,
+            &mut durable,
+        )
+        .await;
+        let _ = e;
+    }
 }
 
 /// MQTT session buffers: one inbound packet (a command: topic + a few

@@ -16,6 +16,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use aimdb_connectors::engine::Id;
 use aimdb_connectors::framed::{self, Framed};
 use aimdb_connectors::mqtt::{self, Config, Connect, Counters, Mqtt, QoS, TlsConnect};
 use aimdb_connectors::reconnect::Backoff;
@@ -179,8 +180,91 @@ pub type RelayReaders = (
     Reader<'static, HostRawMutex, Ring<Raw, 4>, 2>,
 );
 
-/// The device side: framed-stream connector over TCP; reconnects for ever.
-pub async fn device(link: DeviceLink, readers: DeviceReaders) {
+/// Where the device's tracked readings (from its own durable backlog)
+/// wait between the device link and the gateway's backlog: the MQTT side
+/// stores each under the device's id ([`backlog::Origin`]), and the
+/// device link acknowledges it to the device only then
+/// ([`framed::Hold`]). So a reading leaves the device's flash only once
+/// it is in the gateway's file, and a consumer drops a reading the device
+/// sent twice (a connection or the gateway lost between the two) by the
+/// device's id.
+///
+/// [`backlog::Origin`]: aimdb_connectors::backlog::Origin
+pub struct Relay {
+    /// Tracked frames taken, oldest first, and whether each is settled
+    /// (stored, or never to be: rejected, lost).
+    taken: std::sync::Mutex<std::collections::VecDeque<(Id, bool)>>,
+    settled: std::sync::Mutex<Option<Id>>,
+}
+
+/// The gateway's one relay (`--backlog` only).
+pub static RELAY: Relay = Relay {
+    taken: std::sync::Mutex::new(std::collections::VecDeque::new()),
+    settled: std::sync::Mutex::new(None),
+};
+
+impl Relay {
+    /// Settles the first unsettled entry `which` picks (`None`: the
+    /// first), then moves the settled mark past the settled front.
+    fn settle(&self, which: Option<Id>) {
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = taken
+            .iter_mut()
+            .find(|(id, done)| !*done && which.is_none_or(|w| w == *id))
+        {
+            e.1 = true;
+        }
+        let mut newest = None;
+        while let Some(&(id, true)) = taken.front() {
+            newest = Some(id);
+            taken.pop_front();
+        }
+        drop(taken);
+        if newest.is_some() {
+            *self.settled.lock().unwrap_or_else(|e| e.into_inner()) = newest;
+        }
+    }
+}
+
+impl framed::Hold for Relay {
+    fn taking(&self, topic: &[u8], id: Id) {
+        // Only readings go through the backlog; anything else is settled
+        // once the dispatcher took it.
+        let stored = topic == topics::READINGS.as_bytes();
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        taken.push_back((id, !stored));
+    }
+
+    fn took(&self, id: Id, accepted: bool) {
+        if !accepted {
+            self.settle(Some(id));
+        }
+    }
+
+    fn settled(&self) -> Option<Id> {
+        *self.settled.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl aimdb_connectors::backlog::Origin for Relay {
+    fn id(&self, lagged: u64) -> Option<Id> {
+        // Readings the ring lost before the backlog took them are gone.
+        for _ in 0..lagged {
+            self.settle(None);
+        }
+        let taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        taken.iter().find(|(_, done)| !done).map(|&(id, _)| id)
+    }
+
+    fn stored(&self, id: Id) {
+        self.settle(Some(id));
+    }
+}
+
+/// The device side: framed-stream connector over TCP; reconnects for
+/// ever. With `hold`, the device's tracked readings are acknowledged
+/// only once stored in the gateway's backlog ([`Relay`]).
+pub async fn device(link: DeviceLink, readers: DeviceReaders, hold: bool) {
     let dev_in = [
         (
             topics::READINGS,
@@ -220,6 +304,9 @@ pub async fn device(link: DeviceLink, readers: DeviceReaders) {
     let mut framed = Framed::new(&DEVICE_LINK)
         .with_config(config)
         .with_link(&DEVICE_LINK_STATE);
+    if hold {
+        framed = framed.with_hold(&RELAY);
+    }
     let stopped = framed
         .run_reconnecting(link, TokioClock::new(), &mut dispatch, &mut routes)
         .await;
@@ -347,7 +434,8 @@ pub async fn mqtt(
     };
     let mut entry = vec![0u8; 512];
     let durable =
-        aimdb_connectors::backlog::Durable::new(&mut backlog, &mut durable_routes, &mut entry);
+        aimdb_connectors::backlog::Durable::new(&mut backlog, &mut durable_routes, &mut entry)
+            .with_origin(&RELAY);
     connect(
         config,
         broker.tls,

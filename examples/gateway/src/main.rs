@@ -290,7 +290,7 @@ async fn run(args: Args) -> ExitCode {
 
     let (device_readers, mqtt_readers, (relay_link, relay_answers)) =
         bridge::Readers::subscribe().split();
-    tokio::spawn(bridge::device(link, device_readers));
+    tokio::spawn(bridge::device(link, device_readers, args.backlog.is_some()));
     tokio::spawn(manifest::relay(relay_link, relay_answers));
     let mqtt_broker = bridge::Broker {
         addr,
