@@ -39,6 +39,11 @@ pub trait Durable {
     /// waker): what the runner does beside a connection attempt and a
     /// backoff, each time the task is woken.
     fn keep(&mut self, now: Instant, cx: &mut Context<'_>);
+
+    /// A run begins: what an earlier run handed to its engine and saw no
+    /// acknowledgement for is offered again, oldest first (the engine of
+    /// this run may be a new one, which knows nothing of it).
+    fn begin(&mut self) {}
 }
 
 impl<T: Durable + ?Sized> Durable for &mut T {
@@ -60,6 +65,10 @@ impl<T: Durable + ?Sized> Durable for &mut T {
 
     fn keep(&mut self, now: Instant, cx: &mut Context<'_>) {
         (**self).keep(now, cx);
+    }
+
+    fn begin(&mut self) {
+        (**self).begin();
     }
 }
 

@@ -295,6 +295,8 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
         R: Read,
         W: Write,
     {
+        const { assert!(E::TRACKS || !D::ON, "a backlog needs delivery tracked") };
+        d.durable.begin();
         d.engine.open(d.clock.now());
         let stop = pin!(core::future::pending::<()>());
         let limits = Limits::<false> {
@@ -335,6 +337,7 @@ impl<'l, const GATHER: bool> Runner<'l, GATHER> {
         F: Future<Output = ()>,
     {
         const { assert!(E::TRACKS || !D::ON, "a backlog needs delivery tracked") };
+        d.durable.begin();
         let mut stop = pin!(stop);
         // Failed attempts since the last connection that came up.
         let mut failures = 0u32;

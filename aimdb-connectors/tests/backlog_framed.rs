@@ -45,6 +45,7 @@ async fn sender(
     file: std::path::PathBuf,
     counters: &'static backlog::Counters,
     link: &'static framed::Counters,
+    fresh: bool,
 ) {
     let flash = <FileFlash>::open(&file, PAGES).expect("the backlog file");
     let mut buf = [0u8; 64];
@@ -81,17 +82,40 @@ async fn sender(
         min: Duration::from_millis(10),
         max: Duration::from_millis(50),
     };
-    let mut framed = Framed::new(link).with_config(config);
-    framed
-        .run_reconnecting_durable(
-            TcpConnect::new(addr),
-            TokioClock::new(),
-            &mut inbound,
-            &mut plain,
-            durable,
-        )
-        .await;
-    unreachable!("reconnects for ever");
+    if !fresh {
+        let mut framed = Framed::new(link).with_config(config);
+        framed
+            .run_reconnecting_durable(
+                TcpConnect::new(addr),
+                TokioClock::new(),
+                &mut inbound,
+                &mut plain,
+                durable,
+            )
+            .await;
+        unreachable!("reconnects for ever");
+    }
+    // A new connector for each connection, the backlog kept (as a
+    // device that starts its connector again when a link ends).
+    let mut durable = durable;
+    loop {
+        let Ok(stream) = tokio::net::TcpStream::connect(&addr).await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let (rx, tx) = tokio_io::tcp(stream);
+        let mut framed = Framed::new(link);
+        framed
+            .run_with_clock_durable(
+                rx,
+                tx,
+                TokioClock::new(),
+                &mut inbound,
+                &mut plain,
+                &mut durable,
+            )
+            .await;
+    }
 }
 
 /// Waits (bounded) until `done`.
@@ -136,41 +160,78 @@ async fn receiver(
     std::future::pending::<()>().await;
 }
 
+/// Records of one run of [`away_and_back`].
+struct Run {
+    values: &'static Record<Cs, Ring<u32, 4>, 1>,
+    got: &'static Record<Cs, Ring<u32, 1024>, 1>,
+    ready: &'static Readiness<1>,
+    backlog: &'static backlog::Counters,
+    link: &'static framed::Counters,
+    peer: &'static framed::Counters,
+}
+
+fn run() -> Run {
+    Run {
+        values: Box::leak(Box::new(Record::new("values"))),
+        got: Box::leak(Box::new(Record::new("got"))),
+        ready: Box::leak(Box::new(Readiness::new())),
+        backlog: Box::leak(Box::new(backlog::Counters::new())),
+        link: Box::leak(Box::new(framed::Counters::new())),
+        peer: Box::leak(Box::new(framed::Counters::new())),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn values_stored_while_the_peer_is_away_arrive_once_each_in_order() {
-    static VALUES: Record<Cs, Ring<u32, 4>, 1> = Record::new("values");
-    static GOT: Record<Cs, Ring<u32, 1024>, 1> = Record::new("got");
-    static READY: Readiness<1> = Readiness::new();
-    static BACKLOG: backlog::Counters = backlog::Counters::new();
-    static LINK: framed::Counters = framed::Counters::new();
-    static PEER: framed::Counters = framed::Counters::new();
+    away_and_back(run(), false).await;
+}
+
+/// As a device does on a UART: the connector made anew for each
+/// connection, the backlog kept. Values in flight when a connection
+/// ended are offered again by the next connector (which knows nothing
+/// of them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_connector_per_connection_sends_again_what_was_in_flight() {
+    away_and_back(run(), true).await;
+}
+
+async fn away_and_back(r: Run, fresh: bool) {
+    let Run {
+        values,
+        got: sink,
+        ready,
+        backlog: stats,
+        link,
+        peer,
+    } = r;
     const N: u32 = 300;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let file = temp_file("framed-away");
-    let mut got = GOT.subscribe().unwrap();
+    let file = temp_file(if fresh { "framed-fresh" } else { "framed-away" });
+    let mut got = sink.subscribe().unwrap();
     let dev = tokio::spawn(sender(
-        VALUES.subscribe().unwrap(),
-        &READY,
+        values.subscribe().unwrap(),
+        ready,
         addr,
         file.clone(),
-        &BACKLOG,
-        &LINK,
+        stats,
+        link,
+        fresh,
     ));
 
     // 200 values while nobody accepts: the Ring of 4 alone would keep 4.
     for v in 0..200 {
-        VALUES.write(v);
+        values.write(v);
         tokio::time::sleep(Duration::from_micros(200)).await;
     }
-    until("200 values stored", || BACKLOG.snapshot().stored == 200).await;
+    until("200 values stored", || stats.snapshot().stored == 200).await;
 
     // The peer takes some, then the connection breaks with values in
     // flight; the rest arrive on the next one, with 100 more written
     // meanwhile.
     let mut seen = Vec::new();
     tokio::select! {
-        () = receiver(&listener, &GOT, &PEER, None) => unreachable!(),
+        () = receiver(&listener, sink, peer, None) => unreachable!(),
         () = async {
             while seen.len() < 50 {
                 seen.push(got.recv().await.unwrap());
@@ -179,12 +240,12 @@ async fn values_stored_while_the_peer_is_away_arrive_once_each_in_order() {
     }
     let writer = async {
         for v in 200..N {
-            VALUES.write(v);
+            values.write(v);
             tokio::time::sleep(Duration::from_micros(200)).await;
         }
     };
     tokio::select! {
-        () = receiver(&listener, &GOT, &PEER, None) => unreachable!(),
+        () = receiver(&listener, sink, peer, None) => unreachable!(),
         ((), ()) = async {
             tokio::join!(writer, async {
                 while seen.last() != Some(&(N - 1)) {
@@ -211,11 +272,11 @@ async fn values_stored_while_the_peer_is_away_arrive_once_each_in_order() {
     );
     // And each left the sender's backlog once acknowledged.
     until("the backlog drained", || {
-        let s = BACKLOG.snapshot();
+        let s = stats.snapshot();
         s.depth == 0 && s.delivered >= N
     })
     .await;
-    assert_eq!(BACKLOG.snapshot().dropped + BACKLOG.snapshot().refused, 0);
+    assert_eq!(stats.snapshot().dropped + stats.snapshot().refused, 0);
     dev.abort();
     let _ = std::fs::remove_file(file);
 }
@@ -270,6 +331,7 @@ async fn a_hold_keeps_values_in_the_senders_backlog_until_they_are_safe() {
         file.clone(),
         &BACKLOG,
         &LINK,
+        false,
     ));
     for v in 0..N {
         VALUES.write(v);
@@ -291,11 +353,11 @@ async fn a_hold_keeps_values_in_the_senders_backlog_until_they_are_safe() {
     assert_eq!(BACKLOG.snapshot().depth, N);
     assert_eq!(BACKLOG.snapshot().delivered, 0);
 
-    // Settled up to the 10th: those ten leave the backlog, no more.
-    let tenth = HOLD.took.lock().unwrap()[9];
-    *HOLD.upto.lock().unwrap() = Some(tenth);
-    until("ten delivered", || BACKLOG.snapshot().delivered == 10).await;
-    assert_eq!(BACKLOG.snapshot().depth, N - 10);
+    // Settled up to the 5th: those five leave the backlog, no more.
+    let fifth = HOLD.took.lock().unwrap()[4];
+    *HOLD.upto.lock().unwrap() = Some(fifth);
+    until("five delivered", || BACKLOG.snapshot().delivered == 5).await;
+    assert_eq!(BACKLOG.snapshot().depth, N - 5);
 
     // Everything settles as it comes: the rest arrive and leave.
     HOLD.all.store(true, Relaxed);

@@ -217,4 +217,8 @@ where
     fn keep(&mut self, now: Instant, cx: &mut Context<'_>) {
         self.store(now, cx);
     }
+
+    fn begin(&mut self) {
+        self.backlog.resend();
+    }
 }

@@ -61,8 +61,10 @@ pub struct Engine<'s, const RX: usize = MAX_FRAME, const TX: usize = MAX_ENCODED
     hold: Option<&'s (dyn Hold + Sync)>,
 }
 
-/// Tracked frames in flight at most: more wait in their backlog.
-pub const IN_FLIGHT: usize = 16;
+/// Tracked frames in flight at most: more wait in their backlog. Eight
+/// readings are some 160 bytes, a UART's few milliseconds, and each read
+/// at the peer acknowledges what it brought.
+pub const IN_FLIGHT: usize = 8;
 
 /// How often a held acknowledgement is looked at again.
 const HOLD_POLL: core::time::Duration = core::time::Duration::from_millis(10);
@@ -183,6 +185,24 @@ impl<'s, const RX: usize, const TX: usize> Engine<'s, RX, TX> {
             f.len -= 1;
             f.acked += 1;
         }
+    }
+
+    /// Drops the tracked frames and acknowledgements (frames with an id)
+    /// from the transmit buffer, which holds whole frames only (before a
+    /// connection, after [`Self::resume`]).
+    #[inline(never)]
+    fn drop_tracked(&mut self) {
+        let (mut at, mut len) = (0, self.out.len);
+        while let Some(i) = self.tx[at..len].iter().position(|&b| b == 0) {
+            let end = at + i + 1;
+            if frame::carries_id(&self.tx[at..end - 1]) {
+                self.tx.copy_within(end..len, at);
+                len -= end - at;
+            } else {
+                at = end;
+            }
+        }
+        self.out.len = len;
     }
 
     /// Queues the acknowledgement owed, if any and if it fits.
@@ -382,10 +402,14 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
         self.resume();
         self.out.urgent_end = self.out.len;
         // Acknowledgements of the last connection may be lost: what was in
-        // flight is offered again.
+        // flight is offered again, from the backlog and in order, so the
+        // copies kept in the transmit buffer go (they would arrive ahead of
+        // older values offered again, and an acknowledgement, cumulative,
+        // would cover those before they arrived).
         if self.flight.len > 0 {
             self.flight.len = 0;
             self.flight.lost = true;
+            self.drop_tracked();
         }
         self.owed = Owed {
             taken: None,

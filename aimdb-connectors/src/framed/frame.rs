@@ -120,6 +120,64 @@ pub fn encode_tracked(
     w.finish()
 }
 
+/// Whether an encoded frame (its COBS bytes, the delimiter left out)
+/// carries an id: a tracked frame or an acknowledgement.
+pub(crate) fn carries_id(cobs: &[u8]) -> bool {
+    let mut bytes = Unstuff {
+        src: cobs,
+        at: 0,
+        left: 0,
+        code: 0,
+    };
+    let mut field = || {
+        let mut n = 0usize;
+        for shift in (0..35).step_by(7) {
+            let b = bytes.next()?;
+            n |= usize::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                // Skip the field's bytes.
+                return (n == 0 || bytes.nth(n - 1).is_some()).then_some(());
+            }
+        }
+        None
+    };
+    field().is_some() && field().is_some() && bytes.next().is_some()
+}
+
+/// The bytes COBS stands for, one at a time.
+struct Unstuff<'a> {
+    src: &'a [u8],
+    at: usize,
+    /// Data bytes left in the current block.
+    left: u8,
+    /// The current block's code (0 before the first).
+    code: u8,
+}
+
+impl Iterator for Unstuff<'_> {
+    type Item = u8;
+
+    fn next(&mut self) -> Option<u8> {
+        loop {
+            if self.left > 0 {
+                self.left -= 1;
+                let b = *self.src.get(self.at)?;
+                self.at += 1;
+                return Some(b);
+            }
+            let code = *self.src.get(self.at).filter(|&&c| c != 0)?;
+            self.at += 1;
+            // Every block but the first, and but those after a full one,
+            // stands for a zero first.
+            let zero = self.code != 0 && self.code != 0xff;
+            (self.code, self.left) = (code, code - 1);
+            if zero {
+                return Some(0);
+            }
+        }
+    }
+}
+
 /// postcard's varint (LEB128) for a `usize` length.
 fn varint(mut n: usize, buf: &mut [u8; 5]) -> &[u8] {
     let mut i = 0;
@@ -343,14 +401,22 @@ fn parse(bytes: &[u8]) -> Result<Frame<'_>, FrameError> {
     let Ok(((topic, payload), rest)) = postcard::take_from_bytes::<(&[u8], &[u8])>(bytes) else {
         return Err(FrameError::Malformed);
     };
-    let id = match rest {
-        [] => None,
-        _ => match postcard::take_from_bytes::<(u32, u32)>(rest) {
-            Ok(((boot, seq), [])) => Some(Id { boot, seq }),
-            _ => return Err(FrameError::Malformed),
-        },
+    let id = if rest.is_empty() {
+        None
+    } else {
+        Some(trailer(rest)?)
     };
     Ok(Frame { topic, payload, id })
+}
+
+/// The id after a tracked frame's tuple. Out of line: the untracked
+/// frame's path stays as short as it was.
+#[inline(never)]
+fn trailer(rest: &[u8]) -> Result<Id, FrameError> {
+    match postcard::take_from_bytes::<(u32, u32)>(rest) {
+        Ok(((boot, seq), [])) => Ok(Id { boot, seq }),
+        _ => Err(FrameError::Malformed),
+    }
 }
 
 #[cfg(test)]

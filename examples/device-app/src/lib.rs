@@ -135,7 +135,7 @@ pub async fn connector<R: Read, W: Write>(rx: R, tx: W, config: framed::Config) 
         return framed::Error::Closed;
     };
     let mut readings = outbound::Link::new(readings, topics::READINGS, Postcard);
-    connection(rx, tx, config, Some(&mut readings), ()).await
+    connection(rx, tx, &config, Some(&mut readings), ()).await
 }
 
 /// One connection of the framed connector, with the readings route (or
@@ -143,7 +143,7 @@ pub async fn connector<R: Read, W: Write>(rx: R, tx: W, config: framed::Config) 
 async fn connection<R: Read, W: Write, L, D>(
     rx: R,
     tx: W,
-    config: framed::Config,
+    config: &framed::Config,
     readings: Option<&mut L>,
     durable: D,
 ) -> framed::Error
@@ -178,7 +178,7 @@ where
     let (Ok(mut routes), Ok(mut dispatch)) = (routes, dispatch) else {
         return framed::Error::Closed;
     };
-    let mut config = config;
+    let mut config = *config;
     let birth = BIRTH.load(Ordering::Relaxed);
     BIRTH.store(birth.wrapping_add(1), Ordering::Relaxed);
     config.first_seq = u64::from(birth);
@@ -243,7 +243,7 @@ pub async fn connector_durable<R, W, F>(
         let e = connection(
             &mut rx,
             &mut tx,
-            config,
+            &config,
             None::<&mut ReadingsLink>,
             &mut durable,
         )

@@ -213,6 +213,20 @@ fn reset_drops_a_partial_frame() {
 
 proptest! {
     #[test]
+    fn a_frame_with_an_id_is_told_from_its_bytes(
+        topic in "[a-z/]{0,300}",
+        payload in proptest::collection::vec(any::<u8>(), 0..600),
+        id in proptest::option::of((any::<u32>(), any::<u32>())),
+    ) {
+        let mut out = std::vec![0u8; encoded_len(topic.len() + payload.len() + 20)];
+        let n = match id {
+            None => encode(&topic, &payload, &mut out).unwrap(),
+            Some((boot, seq)) => encode_tracked(&topic, &payload, Id { boot, seq }, &mut out).unwrap(),
+        };
+        prop_assert_eq!(carries_id(&out[..n - 1]), id.is_some());
+    }
+
+    #[test]
     fn frames_survive_any_chunking(
         frames in proptest::collection::vec(("[a-z/]{0,20}", proptest::collection::vec(any::<u8>(), 0..600)), 1..6),
         chunk in 1usize..700,
