@@ -2,7 +2,7 @@
 //! user would pick (informational: reported, never gated).
 //!
 //! ```text
-//!  publisher thread (ours | rumqttc) ──TCP──► mosquitto ──TCP──► subscriber thread (rumqttc, QoS 0 on b4/#)
+//!  publisher thread (ours | rumqttc | ...) ──TCP──► mosquitto ──TCP──► subscriber thread (rumqttc, QoS 0 on b4/#)
 //!  producer + client, one task                (the bench's)       counts each round's messages
 //! ```
 //!
@@ -12,6 +12,14 @@
 //! starts on loopback, in four scenarios: QoS 0 and 1, 1 and 64 routes.
 //! How each publisher is built and paced: `b4_mqtt/publishers.rs`; the
 //! broker: `b4_mqtt/broker.rs`; the subscriber: `b4_mqtt/subscriber.rs`.
+//!
+//! At QoS 1 three more publishers run in the same rounds, reported in a
+//! table of their own against `ours`: `ours-aa` (`ours` again, the A/A
+//! control: a ratio inside its distance from 1 cannot be told from
+//! parity), `ours+backlog` (our connector with the routes through a
+//! durable backlog in a file: every message stored, read back, sent and
+//! removed at its PUBACK) and `ours+drain` (the round's messages stored
+//! in the backlog before the round, drained from the go signal).
 //!
 //! Method: one untimed warm-up round per client, then `B4_ROUNDS`
 //! interleaved rounds (round 1 of every scenario and client, then round 2,
@@ -65,7 +73,15 @@ use subscriber::Subscriber;
 
 /// (QoS 1, routes) of each scenario, in report order.
 const SCENARIOS: [(bool, usize); 4] = [(false, 1), (false, 64), (true, 1), (true, 64)];
-const CLIENTS: [Client; 2] = [Client::Ours, Client::Rumqttc];
+const CLIENTS: [Client; 5] = [
+    Client::Ours,
+    Client::Rumqttc,
+    Client::OursAa,
+    Client::OursBacklog,
+    Client::OursDrain,
+];
+/// The QoS 1 publishers reported against `ours` in a table of their own.
+const AGAINST_OURS: [Client; 3] = [Client::OursAa, Client::OursBacklog, Client::OursDrain];
 /// Bound on a client's connection (and the subscriber's SUBACK).
 const CONNECT_WAIT: Duration = Duration::from_secs(15);
 /// A round whose publisher handed over everything ends once nothing new
@@ -81,8 +97,12 @@ struct Settings {
 }
 
 impl Settings {
-    /// Whether `B4_FILTER` (if set) selects this cell.
+    /// Whether `B4_FILTER` (if set) selects this cell, and the client
+    /// runs at this QoS.
     fn selects(&self, client: Client, qos1: bool, routes: usize) -> bool {
+        if !qos1 && !client.qos0() {
+            return false;
+        }
         let id = format!("{}/qos{}/{routes}", client.name(), u8::from(qos1));
         self.filter.as_deref().is_none_or(|f| id.contains(f))
     }
@@ -325,11 +345,10 @@ fn main() -> ExitCode {
     }
     for r in 0..set.rounds {
         for &(qos1, routes) in &SCENARIOS {
-            let order = if r % 2 == 0 {
-                CLIENTS
-            } else {
-                [CLIENTS[1], CLIENTS[0]]
-            };
+            let mut order = CLIENTS;
+            if r % 2 == 1 {
+                order.reverse();
+            }
             for client in order {
                 if !set.selects(client, qos1, routes) {
                     continue;
@@ -365,6 +384,64 @@ fn main() -> ExitCode {
         started.elapsed(),
     );
     ExitCode::SUCCESS
+}
+
+/// The QoS 1 table of [`AGAINST_OURS`]: each beside `ours` of the same
+/// rounds, the A/A control first.
+fn against_ours(t: &mut String, cells: &[Cell], ratios: &mut Vec<Value>) {
+    let ran = |c: &Cell| !c.samples.is_empty();
+    if !SCENARIOS
+        .iter()
+        .any(|&(q, n)| AGAINST_OURS.iter().any(|&c| q && ran(cell(cells, q, n, c))))
+    {
+        return;
+    }
+    let _ = writeln!(
+        t,
+        "\n| scenario | publisher | msg/s | / ours | CPU/msg | broker CPU % | lost |"
+    );
+    let _ = writeln!(t, "| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    let med = |c: &Cell, f: fn(&Sample) -> f64| c.spread(f).map(|s| s.median);
+    for &(qos1, routes) in SCENARIOS.iter().filter(|s| s.0) {
+        let ours = cell(cells, qos1, routes, Client::Ours);
+        for c in AGAINST_OURS.map(|c| cell(cells, qos1, routes, c)) {
+            if !ran(c) {
+                continue;
+            }
+            let ratio = match (med(c, |s| s.rate), med(ours, |s| s.rate)) {
+                (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+                _ => None,
+            };
+            ratios.push(json!({
+                "qos": u8::from(qos1),
+                "routes": routes,
+                "client": c.client.name(),
+                "over_ours": ratio,
+            }));
+            let show = match c.spread(|s| s.rate) {
+                Some(s) => format!("{} [{}-{}]", rate(s.median), rate(s.min), rate(s.max)),
+                None => "timed out".to_string(),
+            };
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                scenario_name(qos1, routes),
+                c.client.name(),
+                show,
+                ratio.map_or("-".into(), |x| format!("{x:.2}")),
+                med(c, |s| s.cpu_ns_per_msg).map_or("-".into(), |v| format!("{:.2} µs", v / 1e3)),
+                med(c, |s| s.broker_pct).map_or("-".into(), |v| format!("{v:.0}")),
+                c.lost()
+            );
+        }
+    }
+    let _ = writeln!(
+        t,
+        "\n/ ours: msg/s median over `ours`'s median in the same rounds. ours-aa is `ours` \
+         again (A/A control): its distance from 1 is this run's noise. ours+backlog: every \
+         message stored in a file backlog, read back, sent, removed at its PUBACK; \
+         ours+drain: the round's messages stored before the round, drained from go."
+    );
 }
 
 /// `153.2k`.
@@ -444,7 +521,10 @@ fn report(
             o.lost(),
             r.lost()
         );
-        for c in [o, r] {
+        for c in cells
+            .iter()
+            .filter(|c| c.qos1 == qos1 && c.routes == routes)
+        {
             if let Some(b) = med(c, |s| s.broker_pct).filter(|&b| b >= 90.0) {
                 notes.push(format!(
                     "{}, {}: the broker was the limit ({b:.0} % of a core)",
@@ -496,6 +576,7 @@ fn report(
             sub(r)
         ));
     }
+    against_ours(&mut t, cells, &mut ratios);
     let _ = writeln!(
         t,
         "\nratio: ours / rumqttc msg/s (medians). CPU/msg: the publishing side's CPU time \

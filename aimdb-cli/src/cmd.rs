@@ -552,6 +552,19 @@ impl NodeView {
             .collect();
         Some(names.join(","))
     }
+
+    /// The connectors the manifest says keep a durable backlog,
+    /// comma-separated (`None`: none, or a manifest that does not say).
+    fn backlogs(&self) -> Option<String> {
+        let names: Vec<&str> = self
+            .manifest
+            .get("backlogs")?
+            .as_array()?
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        (!names.is_empty()).then(|| names.join(","))
+    }
 }
 
 /// `nodes`.
@@ -562,7 +575,9 @@ struct NodesView(Vec<NodeView>);
 impl View for NodesView {
     fn text(&self) -> String {
         table::of(
-            &["NODE", "ROLE", "STATUS", "SEQ", "ANSWERS", "RECORDS"],
+            &[
+                "NODE", "ROLE", "STATUS", "SEQ", "ANSWERS", "BACKLOG", "RECORDS",
+            ],
             &self.0,
             |n| {
                 vec![
@@ -571,6 +586,7 @@ impl View for NodesView {
                     n.status.clone(),
                     n.seq.map_or("-".into(), |s| s.to_string()),
                     n.answers.map_or("-", yes_no).into(),
+                    n.backlogs().map_or("-".into(), |b| clip(b, 24)),
                     n.records().map_or("-".into(), |r| clip(r, 48)),
                 ]
             },

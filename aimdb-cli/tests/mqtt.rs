@@ -95,6 +95,13 @@ async fn ls_nodes_stats_and_watch_over_mqtt() {
         br#"{"records":[{"name":"solo","kind":"latest"}]}"#,
     )
     .await;
+    // One whose manifest names a connector with a durable backlog.
+    publish_retained(
+        &broker,
+        &proto::topic("kept", proto::MANIFEST),
+        br#"{"records":[{"name":"solo","kind":"ring"}],"backlogs":["mqtt"]}"#,
+    )
+    .await;
 
     alongside(mqtt.run(&mut dispatch, &mut routes), async {
         until("the node's subscription", || {
@@ -154,6 +161,8 @@ async fn ls_nodes_stats_and_watch_over_mqtt() {
             ["readings", "led", "setpoint", "cmd"]
         );
         assert_eq!(row["manifest"]["records"][1]["writable"], true, "{row}");
+        // Its connector has no backlog, and the manifest says so.
+        assert_eq!(row["manifest"]["backlogs"], json!([]), "{row}");
         let lonely = rows.iter().find(|r| r["node"] == "lonely").unwrap();
         assert_eq!(
             (&lonely["status"], &lonely["seq"], &lonely["answers"]),
@@ -168,6 +177,16 @@ async fn ls_nodes_stats_and_watch_over_mqtt() {
         assert!(out.contains("RECORDS"), "{out}");
         let line = out.lines().find(|l| l.starts_with(PREFIX)).unwrap();
         assert!(line.contains("readings,led,setpoint,cmd"), "{out}");
+        // BACKLOG: the connectors the manifest names, else `-` (none, or
+        // a manifest that does not say).
+        let backlog = |node: &str| {
+            let line = out.lines().find(|l| l.starts_with(node)).unwrap();
+            line.split_whitespace().nth(5).unwrap().to_string()
+        };
+        assert!(out.lines().next().unwrap().contains("BACKLOG"), "{out}");
+        assert_eq!(backlog("kept"), "mqtt", "{out}");
+        assert_eq!(backlog("lonely"), "-", "{out}");
+        assert_eq!(backlog(PREFIX), "-", "{out}");
 
         // stats names the MQTT connector, its link up.
         let node_args = |rest: &[&str]| -> Vec<String> {

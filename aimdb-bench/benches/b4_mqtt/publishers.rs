@@ -1,4 +1,4 @@
-//! The two publishers, each run the same way: a thread of its own with a
+//! The publishers, each run the same way: a thread of its own with a
 //! current-thread tokio runtime ([`run_on_thread`]) on which the producer
 //! and the client share one task, so the thread's CPU time is the
 //! publishing side's (plus helper threads the client starts, which the
@@ -18,15 +18,37 @@
 //!   payload)` per message, the same postcard bytes on the same topics.
 //!   Defaults otherwise (MQTT 3.1.1, 100 in flight), except `TCP_NODELAY`
 //!   on, as `TcpConnect` sets it, so both run the same TCP settings.
+//! - **ours-aa**: `ours` again, a second identical cell: the A/A control
+//!   of the QoS 1 rows (how far two identical columns of one run differ).
+//! - **ours+backlog**: `ours` with the routes made durable
+//!   (`backlog::Durable` over a `FileFlash` file in a temporary directory,
+//!   removed after the round; `Mqtt::run_durable`): every message is
+//!   stored in the file when written, read back, published (QoS 1, the
+//!   `aimdb-id` property) and removed at its PUBACK. Paced as `ours`.
+//! - **ours+drain**: the same connector and file, the round's messages
+//!   stored in the backlog before the round (as an outage would leave
+//!   them), held back once connected until the go signal; then the
+//!   backlog drains: msg/s is the rate of the drain.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use std::cell::Cell;
+use std::path::PathBuf;
+use std::task::{Context, Poll};
+
+use aimdb_connectors::backlog::cache::page_pointers::ArrayPagePointers;
+use aimdb_connectors::backlog::cache::page_states::ArrayPageStates;
+use aimdb_connectors::backlog::cache::{Cache, Uncached};
+use aimdb_connectors::backlog::{self, Backlog, FileFlash, Full};
+use aimdb_connectors::clock::{Clock, Instant as ClockInstant};
+use aimdb_connectors::engine::Engine;
 use aimdb_connectors::mqtt::{self, Counters, Mqtt, QoS};
 use aimdb_connectors::tokio_io::{run_on_thread, TcpConnect, TokioClock};
 use aimdb_core::codec::{Encode, Postcard};
+use aimdb_core::connector::{self, Message};
 use aimdb_core::inbound::Dispatch;
 use aimdb_core::outbound::{self, words, Routes};
 use aimdb_core::record::{Record, Ring};
@@ -45,6 +67,15 @@ pub const WINDOW: u32 = 1024;
 const DEPTH: usize = 2 * WINDOW as usize;
 /// Bound on a publisher's stop once told to.
 const STOP_WAIT: Duration = Duration::from_secs(10);
+/// The backlog file's erase page and page count: 8 MiB, about 180,000
+/// of the bench's messages (a drain round of more refuses the rest,
+/// counted as dropped).
+const BACKLOG_PAGE: usize = 16 * 1024;
+const BACKLOG_PAGES: usize = 512;
+/// One backlog entry: its head, the longest topic (`b4/63`), the
+/// payload; rounded up to the flash's write size (4 bytes), as the queue
+/// reads an entry back in whole words.
+const ENTRY: usize = (backlog::HEAD + 5 + 8).next_multiple_of(4);
 
 /// Which client publishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +84,12 @@ pub enum Client {
     Ours,
     /// rumqttc's `AsyncClient`.
     Rumqttc,
+    /// `Ours` again: the A/A control.
+    OursAa,
+    /// Ours with the routes through a durable backlog.
+    OursBacklog,
+    /// Ours draining a backlog filled before the round.
+    OursDrain,
 }
 
 impl Client {
@@ -61,8 +98,27 @@ impl Client {
         match self {
             Self::Ours => "ours",
             Self::Rumqttc => "rumqttc",
+            Self::OursAa => "ours-aa",
+            Self::OursBacklog => "ours+backlog",
+            Self::OursDrain => "ours+drain",
         }
     }
+
+    /// Whether it runs at QoS 0 too (the backlog's messages are QoS 1).
+    pub fn qos0(self) -> bool {
+        matches!(self, Self::Ours | Self::Rumqttc)
+    }
+}
+
+/// How [`ours`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Routes straight to the connector.
+    Plain,
+    /// Routes through the backlog as they are written.
+    Through,
+    /// The backlog filled before the round, drained from go.
+    Drain,
 }
 
 /// One round's publishing.
@@ -130,8 +186,10 @@ pub fn start(job: Job, wait: Duration) -> Result<Running, String> {
     let name = format!("b4-{}", job.client.name());
     let handle = run_on_thread(&name, move || async move {
         match job.client {
-            Client::Ours => ours(job, control).await,
+            Client::Ours | Client::OursAa => ours(job, control, Mode::Plain).await,
             Client::Rumqttc => rumqttc(job, control).await,
+            Client::OursBacklog => ours(job, control, Mode::Through).await,
+            Client::OursDrain => ours(job, control, Mode::Drain).await,
         }
     })
     .map_err(|e| format!("publisher thread: {e}"))?;
@@ -195,7 +253,109 @@ fn topics(n: usize) -> Vec<String> {
 
 type Rec = Record<HostRawMutex, Ring<u64, DEPTH>, 1>;
 
-async fn ours(job: Job, control: Control) -> Report {
+type BacklogCache =
+    Cache<ArrayPageStates<BACKLOG_PAGES>, ArrayPagePointers<BACKLOG_PAGES>, Uncached>;
+
+/// A temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: u32) -> std::io::Result<Self> {
+        let dir = std::env::temp_dir().join(format!("aimdb-b4-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The round's backlog, in a fresh file under `dir`.
+async fn open_backlog<'c>(
+    dir: &TempDir,
+    counters: &'c backlog::Counters,
+) -> Result<Backlog<'c, FileFlash<BACKLOG_PAGE>, BacklogCache>, String> {
+    let flash = FileFlash::<BACKLOG_PAGE>::open(dir.0.join("backlog"), BACKLOG_PAGES as u32)
+        .map_err(|e| format!("backlog file: {e}"))?;
+    let cache = Cache::new(ArrayPageStates::new(), ArrayPagePointers::new(), Uncached);
+    let mut buf = [0u8; ENTRY];
+    Backlog::open(
+        flash,
+        0..(BACKLOG_PAGES * BACKLOG_PAGE) as u32,
+        cache,
+        1,
+        Full::RefuseNewest,
+        counters,
+        &mut buf,
+    )
+    .await
+    .map_err(|e| format!("backlog: {e}"))
+}
+
+/// Stores the round's `job.msgs` messages in `backlog`, as the routes
+/// would have: the same topics, payloads and QoS.
+async fn fill(
+    backlog: &mut Backlog<'_, FileFlash<BACKLOG_PAGE>, BacklogCache>,
+    job: Job,
+    topics: &[String],
+    now: ClockInstant,
+) {
+    let mut buf = [0u8; ENTRY];
+    let mut payload = [0u8; 8];
+    for seq in 0..job.msgs {
+        let Ok(n) = Postcard.encode(&value(job.tag, seq), &mut payload) else {
+            continue;
+        };
+        let m = Message {
+            route: seq as usize % topics.len(),
+            topic: &topics[seq as usize % topics.len()],
+            payload: &payload[..n],
+            lagged: 0,
+            qos: connector::QoS::AtLeastOnce,
+            retain: false,
+            urgent: false,
+        };
+        // A refused value is counted by the backlog (reported as dropped).
+        let _ = backlog.push(&m, now, &mut buf).await;
+    }
+}
+
+/// A durable part held back until `open`: stores, but hands the engine
+/// nothing before the round's go.
+struct Gate<'g, D> {
+    inner: D,
+    open: &'g Cell<bool>,
+    started: bool,
+}
+
+impl<D: aimdb_connectors::durable::Durable> aimdb_connectors::durable::Durable for Gate<'_, D> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.open.get() && !self.started {
+            self.started = true;
+            return Poll::Ready(());
+        }
+        self.inner.poll_ready(cx)
+    }
+
+    fn round<E: Engine>(
+        &mut self,
+        engine: &mut E,
+        offer: bool,
+        now: ClockInstant,
+        cx: &mut Context<'_>,
+    ) {
+        self.inner.round(engine, offer && self.open.get(), now, cx);
+    }
+
+    fn keep(&mut self, now: ClockInstant, cx: &mut Context<'_>) {
+        self.inner.keep(now, cx);
+    }
+}
+
+async fn ours(job: Job, control: Control, mode: Mode) -> Report {
     let Control {
         ready,
         go,
@@ -226,15 +386,25 @@ async fn ours(job: Job, control: Control) -> Report {
     let Ok(mut routes) = b.build() else {
         return failed("outbound table refused");
     };
+    // With a backlog the routes above are its table, and the connector's
+    // own table is empty.
+    let mut none = [0u8; 16];
+    let Ok(mut plain) =
+        Routes::<_, 1, 1>::builder(Arc::new(Readiness::<1>::new()), &mut none).build()
+    else {
+        return failed("outbound table refused");
+    };
     let Ok(mut dispatch) = Dispatch::<1, 1>::builder().build() else {
         return failed("inbound table refused");
     };
     let counters = Counters::new();
     let (mut rx, mut tx, mut batch) = ([0u8; 256], [0u8; 4096], [0u8; 8192]);
     let id = format!("b4-ours-{}", job.tag);
+    let clock = TokioClock::new();
+    let now = clock.now();
     let parts = mqtt::Parts {
         connect: TcpConnect::new(format!("127.0.0.1:{}", job.port)),
-        clock: TokioClock::new(),
+        clock,
         rx: &mut rx,
         tx: &mut tx,
         counters: &counters,
@@ -246,6 +416,26 @@ async fn ours(job: Job, control: Control) -> Report {
     };
     let mut client = client.with_write_buffer(&mut batch);
 
+    let backlog_counters = backlog::Counters::new();
+    let dir = match mode {
+        Mode::Plain => None,
+        _ => match TempDir::new(job.tag) {
+            Ok(d) => Some(d),
+            Err(e) => return failed(&format!("temporary directory: {e}")),
+        },
+    };
+    let mut backlog = match &dir {
+        None => None,
+        Some(d) => match open_backlog(d, &backlog_counters).await {
+            Ok(b) => Some(b),
+            Err(e) => return failed(&e),
+        },
+    };
+    if let (Mode::Drain, Some(b)) = (mode, backlog.as_mut()) {
+        fill(b, job, &topics, now).await;
+    }
+    let open = Cell::new(mode != Mode::Drain);
+
     let produce = async {
         while !counters.is_connected() {
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -253,6 +443,12 @@ async fn ours(job: Job, control: Control) -> Report {
         let _ = ready.send(own_tid());
         if go.await.is_err() {
             return;
+        }
+        if mode == Mode::Drain {
+            // Everything is stored: let the backlog drain.
+            open.set(true);
+            produced.store(true, Ordering::Release);
+            std::future::pending::<()>().await;
         }
         let (n, half) = (job.msgs, WINDOW / 2);
         let mut written = 0u32;
@@ -272,19 +468,38 @@ async fn ours(job: Job, control: Control) -> Report {
         produced.store(true, Ordering::Release);
         std::future::pending::<()>().await;
     };
+    let mut entry = [0u8; ENTRY];
+    let run = async {
+        match backlog.as_mut() {
+            None => client.run(&mut dispatch, &mut routes).await,
+            Some(b) => {
+                let durable = Gate {
+                    inner: backlog::Durable::new(b, &mut routes, &mut entry),
+                    open: &open,
+                    started: false,
+                };
+                client
+                    .run_durable(&mut dispatch, &mut plain, durable, std::future::pending())
+                    .await
+            }
+        }
+    };
     tokio::select! {
         biased;
         _ = stop => {}
         () = produce => {}
-        why = client.run(&mut dispatch, &mut routes) => {
+        why = run => {
             return failed(&format!("connector stopped: {why}"));
         }
     }
     let s = counters.snapshot();
+    let b = backlog_counters.snapshot();
+    drop(backlog);
+    drop(dir);
     Report {
         lagged: routes.stats().lagged,
-        dropped: u64::from(s.dropped),
-        errors: u64::from(s.reconnects + s.connect_failures + s.ack_timeouts),
+        dropped: u64::from(s.dropped) + u64::from(b.dropped + b.refused + b.too_large),
+        errors: u64::from(s.reconnects + s.connect_failures + s.ack_timeouts + b.flash_errors),
         last_error: counters.last_error().map(|c| c.to_string()),
         writes: Some(u64::from(s.writes)),
     }

@@ -3,7 +3,7 @@
 
 use core::task::{Context, Poll};
 
-use super::Description;
+use super::{Connector, Description};
 use crate::codec::{Encode, EncodeError};
 use crate::presence::Cursor;
 use crate::record::{Kind, RecvError, Source};
@@ -14,19 +14,29 @@ use crate::record::{Kind, RecvError, Source};
 /// [`Responder::manifest`](super::Responder::manifest).
 #[derive(Debug)]
 pub struct Manifests {
-    table: &'static [Description],
+    manifest: Manifest,
     due: bool,
 }
 
 impl Manifests {
-    pub(crate) const fn new(table: &'static [Description]) -> Self {
-        Self { table, due: true }
+    pub(crate) const fn new(
+        table: &'static [Description],
+        connectors: &'static [Connector],
+    ) -> Self {
+        Self {
+            manifest: Manifest { table, connectors },
+            due: true,
+        }
     }
 }
 
-/// The table as a manifest value (encoded by [`ManifestJson`]).
+/// The table and the connectors as a manifest value (encoded by
+/// [`ManifestJson`]).
 #[derive(Debug, Clone, Copy)]
-pub struct Manifest(pub(crate) &'static [Description]);
+pub struct Manifest {
+    pub(crate) table: &'static [Description],
+    pub(crate) connectors: &'static [Connector],
+}
 
 impl Source for Manifests {
     type Item = Manifest;
@@ -38,7 +48,7 @@ impl Source for Manifests {
     /// Ready once per link; never woken otherwise (the table is `static`).
     fn poll_recv(&mut self, _cx: &mut Context<'_>) -> Poll<Result<Manifest, RecvError>> {
         if core::mem::take(&mut self.due) {
-            Poll::Ready(Ok(Manifest(self.table)))
+            Poll::Ready(Ok(self.manifest))
         } else {
             Poll::Pending
         }
@@ -59,8 +69,15 @@ impl Source for Manifests {
 /// {"records":[{"name":"readings","kind":"ring","type":"Reading",
 ///   "topics":["dev/readings"],"schema_hash":"5f0e…"},
 ///  {"name":"cmd","kind":"mailbox","type":"Command","topics":["dev/cmd"],
-///   "schema_hash":"…","writable":true}]}
+///   "schema_hash":"…","writable":true}],
+///  "backlogs":["mqtt"]}
 /// ```
+///
+/// `backlogs` names the connectors with a durable backlog (those given
+/// one with [`Connector::backlog`]; empty when none has one): their
+/// values survive an outage and a reboot, and `stats` reports how far
+/// behind they are. A reader that finds no `backlogs` key reads a node
+/// that does not say.
 ///
 /// About 110 bytes per record: size the routes' payload buffer for it
 /// (a manifest that does not fit is an encode error, counted on the
@@ -73,7 +90,7 @@ impl Encode<Manifest> for ManifestJson {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut w = Cursor { buf, len: 0 };
         w.put(br#"{"records":["#)?;
-        for (i, d) in value.0.iter().enumerate() {
+        for (i, d) in value.table.iter().enumerate() {
             if i > 0 {
                 w.put(b",")?;
             }
@@ -103,6 +120,14 @@ impl Encode<Manifest> for ManifestJson {
                 w.put(br#","writable":true"#)?;
             }
             w.put(b"}")?;
+        }
+        w.put(br#"],"backlogs":["#)?;
+        let mut first = true;
+        for c in value.connectors.iter().filter(|c| c.backlog.is_some()) {
+            if !core::mem::take(&mut first) {
+                w.put(b",")?;
+            }
+            w.put_str(c.name)?;
         }
         w.put(b"]}")?;
         Ok(w.len)

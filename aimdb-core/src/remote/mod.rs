@@ -80,8 +80,9 @@
 //!   its counters ([`BacklogCounters`]: depth, how far behind, drops,
 //!   erases).
 //! - On MQTT, [`Responder::manifest`] publishes a retained JSON manifest
-//!   ([`ManifestJson`]) of the records, so a plain MQTT client sees what
-//!   the node has without speaking this protocol.
+//!   ([`ManifestJson`]) of the records and of the connectors with a
+//!   durable backlog, so a plain MQTT client sees what the node has
+//!   without speaking this protocol.
 //!
 //! The wire format is postcard: [`Request`] in, [`Response`] out, each
 //! with the client's correlation id, on the topics [`proto`] names
@@ -667,9 +668,11 @@ impl<M: RawMutex, const N: usize> Responder<M, N> {
     /// [`ManifestJson`] on a topic beside the request topic
     /// (`<prefix>/aimdb/manifest`); it is retained and re-published at
     /// each connection, so `mosquitto_sub -t '+/aimdb/manifest'` shows every
-    /// node's records with kinds, types, topics and schema hashes.
+    /// node's records with kinds, types, topics and schema hashes, and
+    /// which of its connectors ([`Self::with_connectors`]) keep a durable
+    /// backlog.
     pub fn manifest(&self) -> Manifests {
-        Manifests::new(self.table)
+        Manifests::new(self.table, self.connectors)
     }
 
     /// Records watched now.

@@ -872,6 +872,8 @@ fn the_manifest_is_json_sent_once_per_link_and_retained() {
     assert_eq!(records[0]["schema_hash"], hash.as_str());
     assert_eq!(records[1]["writable"], true);
     assert!(records[0].get("writable").is_none());
+    // No connector handed to the responder: none keeps a backlog.
+    assert_eq!(v["backlogs"], serde_json::json!([]));
 
     // Once per link: nothing more until the transport reconnects.
     assert!(routes.poll_next(&mut cx).is_pending());
@@ -880,17 +882,51 @@ fn the_manifest_is_json_sent_once_per_link_and_retained() {
 }
 
 #[test]
+fn the_manifest_names_the_connectors_with_a_durable_backlog() {
+    static LED: Record<Cs, Latest<bool>, 1> = Record::new("led");
+    static COUNTERS: FakeCounters = FakeCounters;
+    static BACKLOG: FakeBacklog = FakeBacklog;
+    static TABLE: [Description; 1] = [Description::of(&LED)];
+    static CONNECTORS: [Connector; 3] = [
+        Connector::new("framed", &COUNTERS),
+        Connector::new("mqtt", &COUNTERS).backlog(&BACKLOG),
+        Connector::new("mqtt-\"b\"", &COUNTERS).backlog(&BACKLOG),
+    ];
+    static RESPONDER: Responder<Cs, 64> = Responder::new(&TABLE).with_connectors(&CONNECTORS);
+    let noop = std::task::Waker::noop();
+    let mut cx = Context::from_waker(noop);
+    let Poll::Ready(Ok(m)) = RESPONDER.manifest().poll_recv(&mut cx) else {
+        panic!("the manifest is due at start")
+    };
+    let mut buf = [0u8; 256];
+    let n = ManifestJson.encode(&m, &mut buf).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&buf[..n]).unwrap();
+    // Those given a backlog, in table order, names escaped; not the others.
+    assert_eq!(v["backlogs"], serde_json::json!(["mqtt", "mqtt-\"b\""]));
+    assert_eq!(v["records"][0]["name"], "led");
+    // Its last byte counts too: one short is an error, never a cut list.
+    assert_eq!(
+        ManifestJson.encode(&m, &mut buf[..n - 1]),
+        Err(EncodeError::BufferTooSmall)
+    );
+}
+
+#[test]
 fn manifest_strings_are_escaped_json() {
     static ODD: Record<Cs, Latest<bool>, 1> = Record::new("a\"b\\c\u{1}");
     static TABLE: [Description; 1] = [Description::of(&ODD).topics(&["t/\"q\""])];
     let mut buf = [0u8; 256];
-    let n = ManifestJson.encode(&Manifest(&TABLE), &mut buf).unwrap();
+    let m = Manifest {
+        table: &TABLE,
+        connectors: &[],
+    };
+    let n = ManifestJson.encode(&m, &mut buf).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&buf[..n]).unwrap();
     assert_eq!(v["records"][0]["name"], "a\"b\\c\u{1}");
     assert_eq!(v["records"][0]["topics"][0], "t/\"q\"");
     // Too small a buffer is an error, never a cut manifest.
     assert_eq!(
-        ManifestJson.encode(&Manifest(&TABLE), &mut buf[..n - 1]),
+        ManifestJson.encode(&m, &mut buf[..n - 1]),
         Err(EncodeError::BufferTooSmall)
     );
 }

@@ -103,7 +103,8 @@ const REMOTE_REQ_MAX: usize = 64;
 /// schema (about 150 bytes for `LinkStats`); list pages shrink to fit.
 const ANSWER_MAX: usize = 192;
 /// The MQTT routes' payload buffer: the manifest ([`ManifestJson`] of
-/// [`DESCRIPTIONS`], 659 bytes) is the largest payload.
+/// [`DESCRIPTIONS`] and [`CONNECTORS`], 673 bytes; 679 when the MQTT
+/// connector keeps a backlog) is the largest payload.
 const MQTT_PAYLOAD_MAX: usize = 704;
 
 /// Reading interval in milliseconds (changed by `SetInterval`).

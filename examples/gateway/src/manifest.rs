@@ -2,7 +2,8 @@
 //! so the gateway publishes for it what the MQTT device publishes itself:
 //! each time the device link comes up (a new birth), the gateway asks the
 //! device's responder for its table (`List`, then `Describe` per record)
-//! through the same pass-through as any remote client, and writes the
+//! and its connectors (`Stats`: which keep a durable backlog) through the
+//! same pass-through as any remote client, and writes the
 //! manifest JSON (`aimdb_core::remote::ManifestJson`'s shape) into
 //! [`MANIFEST`], routed retained on `{prefix}/aimdb/manifest`.
 
@@ -144,7 +145,19 @@ async fn read(
             other => return Err(format!("unexpected answer {other:?}")),
         }
     }
-    let text = serde_json::to_vec(&json!({ "records": records })).map_err(|e| e.to_string())?;
+    // The connectors with a durable backlog: the first `stats` page
+    // carries every connector.
+    let raw = call(answers, id, Op::Stats { from: 0 }).await?;
+    let backlogs: Vec<&str> = match body(&raw)? {
+        Body::Stats { connectors, .. } => connectors
+            .iter()
+            .filter(|c| c.backlog.is_some())
+            .map(|c| c.name)
+            .collect(),
+        other => return Err(format!("unexpected answer {other:?}")),
+    };
+    let text = serde_json::to_vec(&json!({ "records": records, "backlogs": backlogs }))
+        .map_err(|e| e.to_string())?;
     Text::from_slice(&text).map_err(|_| format!("manifest over {MANIFEST_MAX} bytes"))
 }
 
