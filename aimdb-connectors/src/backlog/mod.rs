@@ -194,7 +194,8 @@ impl<'c, F: MultiwriteNorFlash, C: CacheImpl<()>> Backlog<'c, F, C> {
     /// node in boot `boot`: what an earlier boot stored is found and
     /// counted, entries that do not read as entries are removed
     /// (counted as `malformed`). `buf` holds one entry (the largest
-    /// value's topic and payload plus [`HEAD`]); `cache` is
+    /// value's topic and payload plus [`HEAD`], rounded up to the flash's
+    /// word: the queue reads whole words); `cache` is
     /// sequential-storage's (a page-state and page-pointer cache makes
     /// each call cheaper).
     pub async fn open(
@@ -275,6 +276,8 @@ impl<'c, F: MultiwriteNorFlash, C: CacheImpl<()>> Backlog<'c, F, C> {
 
     /// Stores `m` (stamped with this boot, the next sequence and `now`),
     /// making room under the [`Full`] policy. `buf` holds one entry.
+    /// An entry that does not fit `buf` once rounded up to the flash's
+    /// word is refused as [`Error::TooLarge`] (it could not be read back).
     ///
     /// # Cancel safety
     ///
@@ -327,7 +330,17 @@ impl<'c, F: MultiwriteNorFlash, C: CacheImpl<()>> Backlog<'c, F, C> {
         now: Instant,
         buf: &mut [u8],
     ) -> Result<Stamp, Error> {
-        let Ok(n) = entry::encode(m, stamp, buf) else {
+        // The queue reads an entry back in whole flash words: one that
+        // fits `buf` only unrounded could be stored but never read.
+        let word = if F::READ_SIZE > F::WRITE_SIZE {
+            F::READ_SIZE
+        } else {
+            F::WRITE_SIZE
+        };
+        let Some(n) = entry::encode(m, stamp, buf)
+            .ok()
+            .filter(|n| n.next_multiple_of(word) <= buf.len())
+        else {
             aimdb_core::counters::bump(&self.counters.too_large, 1);
             return Err(Error::TooLarge);
         };

@@ -448,3 +448,37 @@ fn entries_of_another_layout_are_removed_and_counted() {
     assert!(b.is_empty());
     assert!(contents(&mut b).is_empty());
 }
+
+#[test]
+fn an_entry_that_fits_the_buffer_only_unrounded_is_refused() {
+    let counters = Counters::new();
+    let mut b = open(CutFlash::new(None), 1, &counters).unwrap();
+    let mut big = [0u8; 64];
+    let at = Instant::from_micros(0);
+    // A payload whose entry is not a whole number of flash words.
+    let (payload, n) = (1..16)
+        .map(|len| {
+            let p = vec![7u8; len];
+            let stamp = Stamp {
+                boot: 1,
+                seq: 0,
+                at_ms: 0,
+            };
+            let n = entry::encode(&msg(&p), stamp, &mut big).unwrap();
+            (p, n)
+        })
+        .find(|(_, n)| n % CutFlash::WRITE_SIZE != 0)
+        .unwrap();
+    let mut tight = vec![0u8; n];
+    assert_eq!(
+        block_on(b.push(&msg(&payload), at, &mut tight)),
+        Err(Error::TooLarge)
+    );
+    assert_eq!(counters.snapshot().too_large, 1);
+    assert!(b.is_empty());
+    // With room for the rounding it is stored and read back.
+    let mut room = vec![0u8; n.next_multiple_of(CutFlash::WRITE_SIZE)];
+    block_on(b.push(&msg(&payload), at, &mut room)).unwrap();
+    let e = block_on(b.next(&mut room)).unwrap().unwrap();
+    assert_eq!(e.payload, &payload[..]);
+}
