@@ -79,6 +79,13 @@ struct Flight {
     acked: u32,
     /// A connection ended with tracked frames in flight.
     lost: bool,
+    /// When the flight last moved: its first frame offered, or an
+    /// acknowledgement. With the heartbeat on, a flight that has not moved
+    /// for its timeout ends the connection.
+    moved_at: Instant,
+    /// The last tracked frame queued this connection (the next one names
+    /// it, so the peer takes none after a gap).
+    last: Option<Id>,
 }
 
 /// The receiving side of tracking: the newest tracked frame taken and the
@@ -163,6 +170,8 @@ impl<'s, const RX: usize, const TX: usize> Engine<'s, RX, TX> {
                 len: 0,
                 acked: 0,
                 lost: false,
+                moved_at: Instant::from_micros(0),
+                last: None,
             },
             owed: Owed {
                 taken: None,
@@ -178,12 +187,13 @@ impl<'s, const RX: usize, const TX: usize> Engine<'s, RX, TX> {
     }
 
     /// The peer acknowledged every tracked frame up to `id`.
-    fn acked(&mut self, id: Id) {
+    fn acked(&mut self, id: Id, now: Instant) {
         let f = &mut self.flight;
         while f.len > 0 && f.ids[f.head as usize] <= id {
             f.head = (f.head + 1) % IN_FLIGHT as u8;
             f.len -= 1;
             f.acked += 1;
+            f.moved_at = now;
         }
     }
 
@@ -220,7 +230,7 @@ impl<'s, const RX: usize, const TX: usize> Engine<'s, RX, TX> {
             return;
         };
         let len = self.out.len;
-        if let Ok(n) = frame::encode_tracked("", &[], id, &mut self.tx[len..]) {
+        if let Ok(n) = frame::encode_tracked("", &[], id, None, &mut self.tx[len..]) {
             self.out.len += n;
             self.owed.queued = Some(id);
         }
@@ -317,7 +327,10 @@ impl<'s, const RX: usize, const TX: usize> Engine<'s, RX, TX> {
         let lagged = m.lagged.min(u64::from(u32::MAX)) as u32;
         let encoded = match id {
             None => frame::encode(m.topic, m.payload, &mut self.tx[len..]),
-            Some(id) => frame::encode_tracked(m.topic, m.payload, id, &mut self.tx[len..]),
+            Some(id) => {
+                let prev = self.flight.last;
+                frame::encode_tracked(m.topic, m.payload, id, prev, &mut self.tx[len..])
+            }
         };
         match encoded {
             Ok(n) => {
@@ -351,17 +364,26 @@ impl<'s, const RX: usize, const TX: usize> Engine<'s, RX, TX> {
             core::time::Duration::from_micros(1),
         );
         let idle = self.out.len == 0 && !self.out.resync;
-        Some(if idle {
+        let due = if idle {
             silent.min(after(c.wrote_at, hb.interval))
         } else {
             silent
+        };
+        Some(match self.flight.len {
+            0 => due,
+            _ => due.min(after(
+                after(self.flight.moved_at, hb.timeout),
+                core::time::Duration::from_micros(1),
+            )),
         })
     }
 
     fn end_with(&mut self, e: Error) {
         if self.conn.ended.is_none() {
-            if e == Error::PeerSilent {
-                bump(&self.counters.peer_silent, 1);
+            match e {
+                Error::PeerSilent => bump(&self.counters.peer_silent, 1),
+                Error::Unacknowledged => bump(&self.counters.unacknowledged, 1),
+                _ => {}
             }
             self.conn.ended = Some(e);
         }
@@ -411,6 +433,7 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
             self.flight.lost = true;
             self.drop_tracked();
         }
+        self.flight.last = None;
         self.owed = Owed {
             taken: None,
             queued: None,
@@ -471,6 +494,17 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
                     Some(id) if f.payload.is_empty() => (used, Got::Ack(id)),
                     Some(_) => (used, Got::Bad(FrameError::Malformed)),
                 },
+                // A tracked frame whose predecessor is not the last one
+                // taken: one went missing (a peer restarted behind a
+                // stream that stayed open, bytes lost on a UART). Taking
+                // it would have the cumulative acknowledgement cover the
+                // missing one; the sender offers both again when no
+                // acknowledgement comes.
+                Event::Frame(f, used)
+                    if f.id.is_some() && f.prev.is_some_and(|p| Some(p) != self.owed.taken) =>
+                {
+                    (used, Got::OutOfStep)
+                }
                 Event::Frame(f, used) => {
                     bump(&self.counters.received, 1);
                     let hold = self.hold.zip(f.id);
@@ -515,10 +549,14 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
                     tracked = true;
                 }
                 Got::Ack(id) => {
-                    self.acked(id);
+                    self.acked(id, now);
                     self.heard(None);
                 }
                 Got::Bad(e) => self.frame_error(e),
+                Got::OutOfStep => {
+                    bump(&self.counters.out_of_step, 1);
+                    self.heard(None);
+                }
             }
         }
         if tracked || self.owed.check_at.is_some() {
@@ -580,7 +618,7 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
 
     const TRACKS: bool = true;
 
-    fn offer_tracked(&mut self, m: &Message<'_>, id: Id, _now: Instant) -> Offer {
+    fn offer_tracked(&mut self, m: &Message<'_>, id: Id, now: Instant) -> Offer {
         let f = &self.flight;
         if f.len as usize == IN_FLIGHT {
             return Offer::Busy;
@@ -589,7 +627,11 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
         if offer == Offer::Accepted {
             let f = &mut self.flight;
             f.ids[(f.head as usize + f.len as usize) % IN_FLIGHT] = id;
+            if f.len == 0 {
+                f.moved_at = now;
+            }
             f.len += 1;
+            f.last = Some(id);
         }
         offer
     }
@@ -625,6 +667,11 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
         let Some(hb) = self.heartbeat else { return };
         if now > after(self.conn.heard_at, hb.timeout) {
             self.end_with(Error::PeerSilent);
+        } else if self.flight.len > 0 && now > after(self.flight.moved_at, hb.timeout) {
+            // Heard, but not acknowledged: what is in flight was lost on
+            // the way (a peer that restarted behind a UART, which never
+            // closes). A new connection offers it again.
+            self.end_with(Error::Unacknowledged);
         } else if self.out.len == 0 && now >= after(self.conn.wrote_at, hb.interval) {
             self.queue_keepalive(self.conn.own);
         }
@@ -677,6 +724,8 @@ enum Got {
     Tracked(bool),
     /// An acknowledgement.
     Ack(Id),
+    /// A tracked frame not taken: the one before it did not arrive.
+    OutOfStep,
     Bad(FrameError),
 }
 
@@ -736,3 +785,6 @@ fn rotate_right(bytes: &mut [u8], n: usize) {
     flip(front);
     flip(back);
 }
+
+#[cfg(test)]
+mod tests;

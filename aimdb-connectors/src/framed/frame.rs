@@ -5,9 +5,12 @@
 //! `0x00` can end the frame.
 //!
 //! A **tracked** frame ([`encode_tracked`]) carries an [`Id`] after the
-//! tuple, postcard varints of its `boot` and `seq`: a value from a durable
-//! backlog, which the receiver acknowledges. An **acknowledgement** is a
-//! frame with an empty topic, an empty payload and an id: every tracked
+//! tuple, postcard varints of its `boot` and `seq`, then the id of the
+//! tracked frame its sender sent just before it on this connection, as a
+//! postcard `Option` (`0`, or `1` and the two varints): a value from a
+//! durable backlog, which the receiver acknowledges, and takes only after
+//! the one before it. An **acknowledgement** is a frame with an empty
+//! topic, an empty payload and an id (no previous one): every tracked
 //! frame up to and including that id arrived (and, at a receiver that
 //! holds its acknowledgements, is safe; see [`super::Hold`]). A frame with
 //! an empty topic and no id is a keep-alive (see the module above). A peer
@@ -97,16 +100,19 @@ pub fn encode(topic: &str, payload: &[u8], out: &mut [u8]) -> Result<usize, Enco
     w.finish()
 }
 
-/// Encodes one tracked frame: as [`encode`], with `id` after the
-/// payload (an acknowledgement: an empty `topic` and `payload`).
+/// Encodes one tracked frame: as [`encode`], with `id` and `prev` (the
+/// id of the tracked frame sent before it on this connection, `None` for
+/// the first) after the payload. An acknowledgement: an empty `topic` and
+/// `payload`, `prev` `None`.
 ///
 /// # Errors
 ///
-/// As [`encode`]; the id takes at most 10 bytes more.
+/// As [`encode`]; the ids take at most 21 bytes more.
 pub fn encode_tracked(
     topic: &str,
     payload: &[u8],
     id: Id,
+    prev: Option<Id>,
     out: &mut [u8],
 ) -> Result<usize, EncodeError> {
     let mut w = CobsWriter::new(out)?;
@@ -117,6 +123,14 @@ pub fn encode_tracked(
     w.extend(payload)?;
     w.extend(varint(id.boot as usize, &mut var))?;
     w.extend(varint(id.seq as usize, &mut var))?;
+    match prev {
+        None => w.extend(&[0])?,
+        Some(p) => {
+            w.extend(&[1])?;
+            w.extend(varint(p.boot as usize, &mut var))?;
+            w.extend(varint(p.seq as usize, &mut var))?;
+        }
+    }
     w.finish()
 }
 
@@ -272,6 +286,9 @@ pub struct Frame<'f> {
     pub payload: &'f [u8],
     /// The id of a tracked frame or an acknowledgement.
     pub id: Option<Id>,
+    /// A tracked frame's: the id of the tracked frame its sender sent
+    /// before it on this connection (`None`: the first).
+    pub prev: Option<Id>,
 }
 
 /// What one [`Decoder::push`] call produced.
@@ -401,20 +418,28 @@ fn parse(bytes: &[u8]) -> Result<Frame<'_>, FrameError> {
     let Ok(((topic, payload), rest)) = postcard::take_from_bytes::<(&[u8], &[u8])>(bytes) else {
         return Err(FrameError::Malformed);
     };
-    let id = if rest.is_empty() {
-        None
+    let (id, prev) = if rest.is_empty() {
+        (None, None)
     } else {
-        Some(trailer(rest)?)
+        let (id, prev) = trailer(rest)?;
+        (Some(id), prev)
     };
-    Ok(Frame { topic, payload, id })
+    Ok(Frame {
+        topic,
+        payload,
+        id,
+        prev,
+    })
 }
 
-/// The id after a tracked frame's tuple. Out of line: the untracked
+/// The ids after a tracked frame's tuple. Out of line: the untracked
 /// frame's path stays as short as it was.
 #[inline(never)]
-fn trailer(rest: &[u8]) -> Result<Id, FrameError> {
-    match postcard::take_from_bytes::<(u32, u32)>(rest) {
-        Ok(((boot, seq), [])) => Ok(Id { boot, seq }),
+fn trailer(rest: &[u8]) -> Result<(Id, Option<Id>), FrameError> {
+    match postcard::take_from_bytes::<(u32, u32, Option<(u32, u32)>)>(rest) {
+        Ok(((boot, seq, prev), [])) => {
+            Ok((Id { boot, seq }, prev.map(|(boot, seq)| Id { boot, seq })))
+        }
         _ => Err(FrameError::Malformed),
     }
 }

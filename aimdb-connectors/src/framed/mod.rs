@@ -74,7 +74,10 @@
 //! once the peer acknowledged it, and offers again, oldest first, what
 //! was in flight when a connection ended. Every connector acknowledges
 //! the tracked frames it receives, one acknowledgement for all that one
-//! read brought (they are cumulative): by default as soon as its
+//! read brought (they are cumulative), and takes a tracked frame only
+//! after the one its sender sent before it (each names its
+//! predecessor), so an acknowledgement never covers a frame lost on the
+//! way: by default as soon as its
 //! dispatcher took them (accepted or rejected: a value the peer can never
 //! take must not stop the backlog behind it), or, with a [`Hold`]
 //! ([`Framed::with_hold`]), once the application says they are safe — a
@@ -82,6 +85,14 @@
 //! own durable backlog. So on this link a tracked value is delivered **at
 //! least once**: a duplicate comes only from a connection that ended
 //! with values in flight, and carries the same id as the first copy.
+//!
+//! A stream that never closes (a UART) cannot tell the sender that the
+//! peer behind it restarted and lost what was on the way. With the
+//! heartbeat on, tracked frames in flight that see no acknowledgement for
+//! [`Heartbeat::timeout`] end the run with [`Error::Unacknowledged`]
+//! (counted in `unacknowledged`), though the peer is heard: the next
+//! connection offers them again. Turn the heartbeat on for a durable
+//! backlog over a UART.
 //!
 //! # Heartbeat and link state
 //!
@@ -174,6 +185,10 @@ pub enum Error {
     /// Nothing came from the peer for longer than the heartbeat's
     /// [`Heartbeat::timeout`].
     PeerSilent,
+    /// Tracked frames stayed unacknowledged for longer than the
+    /// heartbeat's [`Heartbeat::timeout`] (module docs: "Tracked values
+    /// and acknowledgements").
+    Unacknowledged,
 }
 
 impl Error {
@@ -182,7 +197,7 @@ impl Error {
         match self {
             Self::Closed => Cause::Closed,
             Self::Read(_) | Self::Write(_) => Cause::Io,
-            Self::PeerSilent => Cause::Silent,
+            Self::PeerSilent | Self::Unacknowledged => Cause::Silent,
         }
     }
 }
@@ -194,6 +209,9 @@ impl fmt::Display for Error {
             Self::Read(k) => write!(f, "read failed: {k:?}"),
             Self::Write(k) => write!(f, "write failed: {k:?}"),
             Self::PeerSilent => f.write_str("peer silent past the heartbeat timeout"),
+            Self::Unacknowledged => {
+                f.write_str("tracked frames unacknowledged past the heartbeat timeout")
+            }
         }
     }
 }
@@ -240,6 +258,11 @@ aimdb_core::counter_set! {
         heartbeats_received,
         /// Runs ended by [`Error::PeerSilent`].
         peer_silent,
+        /// Runs ended by [`Error::Unacknowledged`].
+        unacknowledged,
+        /// Tracked frames received but not taken: the one before them
+        /// did not arrive (the sender offers both again).
+        out_of_step,
     }
 }
 

@@ -145,21 +145,27 @@ fn valid_cobs_without_a_tuple_is_malformed() {
 #[test]
 fn a_tracked_frame_carries_its_id_after_the_tuple() {
     let id = Id { boot: 7, seq: 300 };
+    let prev = Id { boot: 7, seq: 299 };
     let mut out = [0u8; 32];
-    let n = encode_tracked("t", b"\x00v", id, &mut out).unwrap();
-    // The same tuple as an untracked frame, then varint 7, varint 300.
-    let mut raw = std::vec![1, b't', 2, 0, b'v', 7, 0xac, 0x02];
-    assert_eq!(cobs_decode(&out[..n]), raw);
     let mut dec = Decoder::<64>::new();
-    match dec.push(&out[..n]) {
-        Event::Frame(f, used) => {
-            assert_eq!(
-                (f.topic, f.payload, f.id, used),
-                (&b"t"[..], &b"\x00v"[..], Some(id), n)
-            );
+    // The same tuple as an untracked frame, then varint 7, varint 300,
+    // and the one before: None, or Some(7, 299).
+    let first = [1, b't', 2, 0, b'v', 7, 0xac, 0x02, 0];
+    let next = [1, b't', 2, 0, b'v', 7, 0xac, 0x02, 1, 7, 0xab, 0x02];
+    for (p, raw) in [(None, &first[..]), (Some(prev), &next[..])] {
+        let n = encode_tracked("t", b"\x00v", id, p, &mut out).unwrap();
+        assert_eq!(cobs_decode(&out[..n]), raw);
+        match dec.push(&out[..n]) {
+            Event::Frame(f, used) => {
+                assert_eq!(
+                    (f.topic, f.payload, f.id, f.prev, used),
+                    (&b"t"[..], &b"\x00v"[..], Some(id), p, n)
+                );
+            }
+            other => panic!("{other:?}"),
         }
-        other => panic!("{other:?}"),
     }
+    let mut raw = first.to_vec();
     // An untracked frame has none.
     raw.truncate(5);
     let n = encode("t", b"\x00v", &mut out).unwrap();
@@ -217,11 +223,13 @@ proptest! {
         topic in "[a-z/]{0,300}",
         payload in proptest::collection::vec(any::<u8>(), 0..600),
         id in proptest::option::of((any::<u32>(), any::<u32>())),
+        prev in proptest::option::of((any::<u32>(), any::<u32>())),
     ) {
-        let mut out = std::vec![0u8; encoded_len(topic.len() + payload.len() + 20)];
+        let mut out = std::vec![0u8; encoded_len(topic.len() + payload.len() + 32)];
+        let prev = prev.map(|(boot, seq)| Id { boot, seq });
         let n = match id {
             None => encode(&topic, &payload, &mut out).unwrap(),
-            Some((boot, seq)) => encode_tracked(&topic, &payload, Id { boot, seq }, &mut out).unwrap(),
+            Some((boot, seq)) => encode_tracked(&topic, &payload, Id { boot, seq }, prev, &mut out).unwrap(),
         };
         prop_assert_eq!(carries_id(&out[..n - 1]), id.is_some());
     }
