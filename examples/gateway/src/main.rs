@@ -38,7 +38,10 @@
 //!   (1 MiB, made on first use): stored as they arrive, published from it
 //!   and removed once the broker acknowledged them, so a broker outage or
 //!   a gateway killed and restarted loses none it stored. Each reading
-//!   then carries the `aimdb-id` user property (gateway boot, sequence).
+//!   then carries the `aimdb-id` user property: the device's own id when
+//!   the device sends it from its backlog (`device-backlog`; the gateway
+//!   then acknowledges a reading to the device only once it is in FILE),
+//!   else the gateway's (its boot, a sequence).
 
 mod bridge;
 mod manifest;

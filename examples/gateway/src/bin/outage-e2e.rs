@@ -26,11 +26,11 @@
 //!
 //! With `--gateway GATEWAY` the same outage runs behind the gateway: the
 //! framed `device-backlog` firmware under QEMU, its readings on its flash
-//! until the gateway (with `--backlog`) has them in its file, the gateway
-//! SIGKILLed and started again half-way (its QEMU goes with it: a device
-//! reset too). The readings carry the device's ids to the broker: per
-//! device boot they are unbroken, and boot 0's reach past the newest
-//! either backlog held at the kill.
+//! until the gateway (with `--backlog`) has them in its file; the device
+//! reset a third of the way in, the gateway SIGKILLed and started again
+//! two thirds in (the device running on). The readings carry the
+//! device's ids to the broker: per device boot they are unbroken, and
+//! boot 0's reach past the newest its flash held at the reset.
 //!
 //! ```text
 //! outage-e2e --qemu device-mqtt-backlog.elf [--outage SECONDS]
@@ -194,7 +194,18 @@ impl Observer {
             let line = match tokio::time::timeout(left, self.lines.next_line()).await {
                 Ok(Ok(Some(l))) => l,
                 Ok(other) => return Err(format!("mosquitto_sub ended: {other:?}")),
-                Err(_) => return Err(format!("no {what} within {WAIT:?}")),
+                Err(_) => {
+                    return Err(format!(
+                        "no {what} within {WAIT:?}; {} duplicates, per boot (count, first, \
+                         last): {:?}",
+                        self.seen.duplicates,
+                        self.seen
+                            .boots
+                            .iter()
+                            .map(|r| (r.len(), r.first(), r.last()))
+                            .collect::<Vec<_>>()
+                    ))
+                }
             };
             let (id, reading) = parse(&line, self.json)?;
             self.seen.add(id, reading);
@@ -352,31 +363,33 @@ fn newest_in_gateway_file(file: &Path, boot: u32) -> Result<Option<u32>, String>
 /// The same outage behind the gateway: the framed `device-backlog`
 /// under QEMU (its readings durable on its flash file until the gateway
 /// acknowledged them, which the gateway does once they are in its own
-/// backlog file), the gateway (`--backlog`) between it and the broker,
-/// SIGKILLed and started again half-way; its QEMU goes with it, so the
-/// device resets too, keeping its flash. The readings keep the device's
-/// ids end to end: per device boot they are 0, 1, 2, … with no gap, and
-/// boot 0's reach past the newest either backlog held at the kill.
+/// backlog file), connecting to the gateway (`--listen`, `--backlog`),
+/// the broker behind it stopped. A quarter of the way in, the gateway is
+/// SIGKILLed; half-way, with the gateway still away and the readings
+/// since held in the device's flash, the device is reset (QEMU killed
+/// and started again on its flash); three quarters in, the gateway
+/// starts again on its file. The readings keep the device's ids end to
+/// end: per device boot they are 0, 1, 2, … with no gap, and boot 0's
+/// reach past the newest its flash held at the reset.
 async fn behind_gateway(args: &Args, gateway: &Path) -> Result<String, String> {
     let dir = RunDir(std::env::temp_dir().join(format!("aimdb-outage-gw-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).map_err(|e| format!("{}: {e}", dir.0.display()))?;
     let file = dir.0.join("gateway-backlog.bin");
     let flash = dir.0.join("backlog.bin");
     std::fs::write(&flash, vec![0xffu8; FLASH_BYTES]).map_err(|e| format!("{e}"))?;
-    let elf = std::path::absolute(&args.elf).map_err(|e| format!("{}: {e}", args.elf.display()))?;
-    let gateway =
-        std::path::absolute(gateway).map_err(|e| format!("{}: {e}", gateway.display()))?;
     let mut broker = broker::start_persistent()?;
     let port = broker.addr().port();
     let prefix = "aimdb/outage";
     let mut obs = Observer::start(port, &format!("{prefix}/readings"), true)?;
-    // The gateway runs in the run's directory: its QEMU finds the
-    // device's flash file there.
-    let spawn = || {
-        Process::new(&gateway)
-            .current_dir(&dir.0)
-            .args(["--qemu"])
-            .arg(&elf)
+    // The gateway listens on a free loopback port, the same one after its
+    // restart; QEMU connects to it and reconnects when it goes.
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("a free port: {e}"))?
+        .to_string();
+    let spawn_gateway = || {
+        Process::new(gateway)
+            .args(["--listen", &listen])
             .args([
                 "--broker",
                 &format!("mqtt://127.0.0.1:{port}"),
@@ -390,7 +403,13 @@ async fn behind_gateway(args: &Args, gateway: &Path) -> Result<String, String> {
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", gateway.display()))
     };
-    let mut gw = spawn()?;
+    let serial = format!("tcp:{listen},reconnect=1");
+    let spawn_device = || {
+        qemu::spawn_in(&args.elf, &serial, Some(&dir.0))
+            .map_err(|e| format!("cannot start qemu-system-arm: {e}"))
+    };
+    let mut gw = spawn_gateway()?;
+    let mut device = spawn_device()?;
     obs.until("20 readings through the gateway", |s| {
         s.last(0).is_some_and(|l| l >= 20)
     })
@@ -398,48 +417,77 @@ async fn behind_gateway(args: &Args, gateway: &Path) -> Result<String, String> {
     broker.stop()?;
     let outage = Duration::from_secs(args.outage);
     let down = Instant::now();
-    tokio::time::sleep(outage / 2).await;
+
+    // The gateway SIGKILLed: the device runs on, its readings held in
+    // its flash.
+    tokio::time::sleep(outage / 4).await;
     gw.start_kill()
         .map_err(|e| format!("killing the gateway: {e}"))?;
     gw.wait()
         .await
         .map_err(|e| format!("reaping the gateway: {e}"))?;
     let in_gateway = newest_in_gateway_file(&file, 0)?;
-    let in_device = newest_in_flash(&flash, 0)?;
     println!(
-        "outage-e2e: gateway SIGKILLed after {:.1?}; device boot 0's newest reading in the \
-         gateway's file: {in_gateway:?}, in the device's flash: {in_device:?}",
+        "outage-e2e: gateway SIGKILLed after {:.1?}; boot 0's newest reading in its file: \
+         {in_gateway:?}",
         down.elapsed()
     );
-    let mut gw = spawn()?;
+
+    // The device reset while the gateway is away, its flash kept.
+    tokio::time::sleep((outage / 2).saturating_sub(down.elapsed())).await;
+    device
+        .start_kill()
+        .map_err(|e| format!("killing QEMU: {e}"))?;
+    device
+        .wait()
+        .await
+        .map_err(|e| format!("reaping QEMU: {e}"))?;
+    let in_flash = newest_in_flash(&flash, 0)?;
+    println!(
+        "outage-e2e: device reset after {:.1?}; boot 0's newest reading in its flash: {in_flash:?}",
+        down.elapsed()
+    );
+    let mut device = spawn_device()?;
+    let boot1 = Instant::now();
+
+    // The gateway back, on its file.
+    tokio::time::sleep((outage * 3 / 4).saturating_sub(down.elapsed())).await;
+    let mut gw = spawn_gateway()?;
+    println!(
+        "outage-e2e: gateway started again after {:.1?}",
+        down.elapsed()
+    );
+
     tokio::time::sleep(outage.saturating_sub(down.elapsed())).await;
     broker.resume()?;
     let back = Instant::now();
+    // Everything boot 1 wrote during the outage, and some after.
+    let written = (boot1.elapsed().as_secs_f64() * RATE) as u32;
     obs.until("device boot 1 caught up", |s| {
-        s.last(1).is_some_and(|l| l >= 20)
+        s.last(1).is_some_and(|l| l >= written + 10)
     })
     .await?;
     let drained = back.elapsed();
     let _ = gw.start_kill();
+    let _ = device.start_kill();
     let seen = &obs.seen;
     for (boot, seqs) in seen.boots.iter().enumerate() {
         unbroken(boot, seqs)?;
     }
     let boot0 = seen.boots.first().map_or(0, Vec::len) as u32;
-    let newest = in_gateway
-        .max(in_device)
-        .ok_or("device boot 0 stored nothing during the outage")?;
+    let newest = in_flash.ok_or("device boot 0 stored nothing during the outage")?;
     if boot0 <= newest {
         return Err(format!(
-            "device boot 0: readings 0..{boot0} arrived, but its backlogs held up to {newest}"
+            "device boot 0: readings 0..{boot0} arrived, but its flash held up to {newest}"
         ));
     }
+    let in_gateway = in_gateway.ok_or("the gateway stored nothing of boot 0")?;
     let _ = obs.child.start_kill();
     Ok(format!(
-        "behind the gateway: device boot 0 readings 0..{boot0} (the backlogs held up to \
-         {newest} at the SIGKILL), boot 1: 0..{} caught up {drained:.1?} after the broker came \
-         back; every reading once and in order, {} duplicates dropped, through a {outage:?} \
-         outage",
+        "behind the gateway: device boot 0 readings 0..{boot0} (the gateway's file held up to \
+         {in_gateway} at its SIGKILL, the device's flash up to {newest} at its reset), boot 1: \
+         0..{}, caught up {drained:.1?} after the broker came back; every reading once \
+         and in order, {} duplicates dropped, through a {outage:?} outage",
         seen.boots.get(1).map_or(0, Vec::len),
         seen.duplicates
     ))
