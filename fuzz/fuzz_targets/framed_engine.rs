@@ -400,7 +400,7 @@ impl<const RX: usize> Model<RX> {
         while !bytes.is_empty() {
             let (used, heard) = match self.rx.push(bytes) {
                 Event::NeedMore => break,
-                Event::Frame(f, _) if f.id.is_some() => return None,
+                Event::Frame(f, _) if f.tracked().is_some() => return None,
                 Event::Frame(f, used) if f.topic.is_empty() => {
                     match keepalive_seq(f.payload) {
                         Some(seq) => {

@@ -489,9 +489,9 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
             // event says, then act.
             let (used, what) = match self.decoder.push(&self.chunk[at..n]) {
                 Event::NeedMore => break,
-                Event::Frame(f, used) if f.topic.is_empty() => match f.id {
+                Event::Frame(f, used) if f.topic.is_empty() => match f.tracked() {
                     None => (used, Got::Keepalive(keepalive_seq(f.payload))),
-                    Some(id) if f.payload.is_empty() => (used, Got::Ack(id)),
+                    Some(t) if f.payload.is_empty() => (used, Got::Ack(t.id)),
                     Some(_) => (used, Got::Bad(FrameError::Malformed)),
                 },
                 // A tracked frame whose predecessor is not the last one
@@ -501,13 +501,15 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
                 // missing one; the sender offers both again when no
                 // acknowledgement comes.
                 Event::Frame(f, used)
-                    if f.id.is_some() && f.prev.is_some_and(|p| Some(p) != self.owed.taken) =>
+                    if f.tracked()
+                        .is_some_and(|t| t.prev.is_some_and(|p| Some(p) != self.owed.taken)) =>
                 {
                     (used, Got::OutOfStep)
                 }
                 Event::Frame(f, used) => {
                     bump(&self.counters.received, 1);
-                    let hold = self.hold.zip(f.id);
+                    let id = f.tracked().map(|t| t.id);
+                    let hold = self.hold.zip(id);
                     if let Some((hold, id)) = hold {
                         hold.taking(f.topic, id);
                     }
@@ -515,7 +517,7 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
                     if let Some((hold, id)) = hold {
                         hold.took(id, ok);
                     }
-                    match f.id {
+                    match id {
                         Some(id) => {
                             self.owed.taken = Some(id);
                             (used, Got::Tracked(ok))

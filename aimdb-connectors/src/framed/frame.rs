@@ -284,10 +284,28 @@ pub struct Frame<'f> {
     pub topic: &'f [u8],
     /// Payload bytes.
     pub payload: &'f [u8],
-    /// The id of a tracked frame or an acknowledgement.
-    pub id: Option<Id>,
-    /// A tracked frame's: the id of the tracked frame its sender sent
-    /// before it on this connection (`None`: the first).
+    /// The bytes after the tuple: empty, or the ids of a tracked frame
+    /// or an acknowledgement (checked when the frame was decoded).
+    trailer: &'f [u8],
+}
+
+impl Frame<'_> {
+    /// The ids of a tracked frame or an acknowledgement.
+    pub fn tracked(&self) -> Option<Tracked> {
+        match self.trailer {
+            [] => None,
+            t => trailer(t).ok(),
+        }
+    }
+}
+
+/// The ids a tracked frame or an acknowledgement carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tracked {
+    /// The frame's own (an acknowledgement's: the newest it covers).
+    pub id: Id,
+    /// The tracked frame its sender sent before it on this connection
+    /// (`None`: the first; an acknowledgement names none).
     pub prev: Option<Id>,
 }
 
@@ -418,28 +436,25 @@ fn parse(bytes: &[u8]) -> Result<Frame<'_>, FrameError> {
     let Ok(((topic, payload), rest)) = postcard::take_from_bytes::<(&[u8], &[u8])>(bytes) else {
         return Err(FrameError::Malformed);
     };
-    let (id, prev) = if rest.is_empty() {
-        (None, None)
-    } else {
-        let (id, prev) = trailer(rest)?;
-        (Some(id), prev)
-    };
+    if !rest.is_empty() {
+        trailer(rest)?;
+    }
     Ok(Frame {
         topic,
         payload,
-        id,
-        prev,
+        trailer: rest,
     })
 }
 
 /// The ids after a tracked frame's tuple. Out of line: the untracked
 /// frame's path stays as short as it was.
 #[inline(never)]
-fn trailer(rest: &[u8]) -> Result<(Id, Option<Id>), FrameError> {
+fn trailer(rest: &[u8]) -> Result<Tracked, FrameError> {
     match postcard::take_from_bytes::<(u32, u32, Option<(u32, u32)>)>(rest) {
-        Ok(((boot, seq, prev), [])) => {
-            Ok((Id { boot, seq }, prev.map(|(boot, seq)| Id { boot, seq })))
-        }
+        Ok(((boot, seq, prev), [])) => Ok(Tracked {
+            id: Id { boot, seq },
+            prev: prev.map(|(boot, seq)| Id { boot, seq }),
+        }),
         _ => Err(FrameError::Malformed),
     }
 }

@@ -158,8 +158,8 @@ fn a_tracked_frame_carries_its_id_after_the_tuple() {
         match dec.push(&out[..n]) {
             Event::Frame(f, used) => {
                 assert_eq!(
-                    (f.topic, f.payload, f.id, f.prev, used),
-                    (&b"t"[..], &b"\x00v"[..], Some(id), p, n)
+                    (f.topic, f.payload, f.tracked(), used),
+                    (&b"t"[..], &b"\x00v"[..], Some(Tracked { id, prev: p }), n)
                 );
             }
             other => panic!("{other:?}"),
@@ -170,7 +170,7 @@ fn a_tracked_frame_carries_its_id_after_the_tuple() {
     raw.truncate(5);
     let n = encode("t", b"\x00v", &mut out).unwrap();
     assert_eq!(cobs_decode(&out[..n]), raw);
-    assert!(matches!(dec.push(&out[..n]), Event::Frame(f, _) if f.id.is_none()));
+    assert!(matches!(dec.push(&out[..n]), Event::Frame(f, _) if f.tracked().is_none()));
 }
 
 #[test]
