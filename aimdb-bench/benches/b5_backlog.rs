@@ -16,10 +16,7 @@
 
 use std::process::ExitCode;
 
-use aimdb_connectors::backlog::cache::page_pointers::ArrayPagePointers;
-use aimdb_connectors::backlog::cache::page_states::ArrayPageStates;
-use aimdb_connectors::backlog::cache::{Cache, Uncached};
-use aimdb_connectors::backlog::{Backlog, Counters, Error, Full};
+use aimdb_connectors::backlog::{page_cache, Backlog, Counters, Error, Full};
 use aimdb_connectors::clock::Instant;
 use aimdb_core::connector::{Message, QoS};
 use embedded_storage_async::nor_flash::{
@@ -111,13 +108,7 @@ fn measure<const P: usize>(payload_len: usize) -> Result<Figures, Error> {
     let m = message(&payload);
     let t = Instant::from_micros(0);
     let mut buf = vec![0u8; 256];
-    let cache = || {
-        Cache::new(
-            ArrayPageStates::<PAGES_MAX>::new(),
-            ArrayPagePointers::<PAGES_MAX>::new(),
-            Uncached,
-        )
-    };
+    let cache = || page_cache::<PAGES_MAX>();
     let flash = RamFlash::<P> {
         mem: vec![0xff; RANGE_BYTES],
     };

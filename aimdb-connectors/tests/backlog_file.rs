@@ -8,10 +8,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 
-use aimdb_connectors::backlog::cache::page_pointers::ArrayPagePointers;
-use aimdb_connectors::backlog::cache::page_states::ArrayPageStates;
-use aimdb_connectors::backlog::cache::{Cache, Uncached};
-use aimdb_connectors::backlog::{Backlog, Counters, Error, FileFlash, Full};
+use aimdb_connectors::backlog::{page_cache, Backlog, Counters, Error, FileFlash, Full, PageCache};
 use aimdb_connectors::clock::Instant;
 use aimdb_core::connector::{Message, QoS};
 use futures::executor::block_on;
@@ -20,7 +17,7 @@ const PAGES: u32 = 16;
 
 /// What a host keeps in RAM to make each call cheap: the state of every
 /// page and where its items are.
-type Cached = Cache<ArrayPageStates<16>, ArrayPagePointers<16>, Uncached>;
+type Cached = PageCache<16>;
 const RANGE: core::ops::Range<u32> = 0..PAGES * <FileFlash>::PAGE as u32;
 
 fn msg(payload: &[u8]) -> Message<'_> {
@@ -41,7 +38,7 @@ fn open<'c>(path: &str, boot: u32, counters: &'c Counters) -> Backlog<'c, FileFl
     block_on(Backlog::open(
         flash,
         RANGE,
-        Cache::new(ArrayPageStates::new(), ArrayPagePointers::new(), Uncached),
+        page_cache(),
         boot,
         Full::RefuseNewest,
         counters,

@@ -17,10 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use aimdb_connectors::backlog::cache::page_pointers::ArrayPagePointers;
-use aimdb_connectors::backlog::cache::page_states::ArrayPageStates;
-use aimdb_connectors::backlog::cache::{Cache, Uncached};
-use aimdb_connectors::backlog::{self, Backlog, FileFlash, Full};
+use aimdb_connectors::backlog::{self, page_cache, Backlog, FileFlash, Full};
 use aimdb_connectors::engine::Id;
 use aimdb_connectors::framed::{self, Framed, Hold};
 use aimdb_connectors::reconnect::Backoff;
@@ -49,11 +46,7 @@ async fn sender(
 ) {
     let flash = <FileFlash>::open(&file, PAGES).expect("the backlog file");
     let mut buf = [0u8; 64];
-    let cache = Cache::new(
-        ArrayPageStates::<16>::new(),
-        ArrayPagePointers::<16>::new(),
-        Uncached,
-    );
+    let cache = page_cache::<16>();
     let range = 0..PAGES * <FileFlash>::PAGE as u32;
     let mut backlog = Backlog::open(
         flash,

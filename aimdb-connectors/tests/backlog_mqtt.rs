@@ -21,10 +21,7 @@ mod mosquitto;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::time::Duration;
 
-use aimdb_connectors::backlog::cache::page_pointers::ArrayPagePointers;
-use aimdb_connectors::backlog::cache::page_states::ArrayPageStates;
-use aimdb_connectors::backlog::cache::{Cache, Uncached};
-use aimdb_connectors::backlog::{self, Backlog, FileFlash, Full};
+use aimdb_connectors::backlog::{self, page_cache, Backlog, FileFlash, Full};
 use aimdb_connectors::durable::Dedupe;
 use aimdb_connectors::mqtt::{parse_id, Config, Counters};
 use aimdb_connectors::reconnect::Backoff;
@@ -62,11 +59,7 @@ fn config() -> Config<'static> {
 async fn device(port: u16, file: &std::path::Path, boot: u32, counters: &backlog::Counters) {
     let flash = <FileFlash>::open(file, PAGES).expect("the backlog file");
     let mut buf = [0u8; 64];
-    let cache = Cache::new(
-        ArrayPageStates::<16>::new(),
-        ArrayPagePointers::<16>::new(),
-        Uncached,
-    );
+    let cache = page_cache::<16>();
     let range = 0..PAGES * <FileFlash>::PAGE as u32;
     let mut backlog = Backlog::open(
         flash,

@@ -39,10 +39,7 @@ use std::cell::Cell;
 use std::path::PathBuf;
 use std::task::{Context, Poll};
 
-use aimdb_connectors::backlog::cache::page_pointers::ArrayPagePointers;
-use aimdb_connectors::backlog::cache::page_states::ArrayPageStates;
-use aimdb_connectors::backlog::cache::{Cache, Uncached};
-use aimdb_connectors::backlog::{self, Backlog, FileFlash, Full};
+use aimdb_connectors::backlog::{self, page_cache, Backlog, FileFlash, Full, PageCache};
 use aimdb_connectors::clock::{Clock, Instant as ClockInstant};
 use aimdb_connectors::engine::Engine;
 use aimdb_connectors::mqtt::{self, Counters, Mqtt, QoS};
@@ -253,8 +250,7 @@ fn topics(n: usize) -> Vec<String> {
 
 type Rec = Record<HostRawMutex, Ring<u64, DEPTH>, 1>;
 
-type BacklogCache =
-    Cache<ArrayPageStates<BACKLOG_PAGES>, ArrayPagePointers<BACKLOG_PAGES>, Uncached>;
+type BacklogCache = PageCache<BACKLOG_PAGES>;
 
 /// A temporary directory, removed on drop.
 struct TempDir(PathBuf);
@@ -280,12 +276,11 @@ async fn open_backlog<'c>(
 ) -> Result<Backlog<'c, FileFlash<BACKLOG_PAGE>, BacklogCache>, String> {
     let flash = FileFlash::<BACKLOG_PAGE>::open(dir.0.join("backlog"), BACKLOG_PAGES as u32)
         .map_err(|e| format!("backlog file: {e}"))?;
-    let cache = Cache::new(ArrayPageStates::new(), ArrayPagePointers::new(), Uncached);
     let mut buf = [0u8; ENTRY];
     Backlog::open(
         flash,
         0..(BACKLOG_PAGES * BACKLOG_PAGE) as u32,
-        cache,
+        page_cache(),
         1,
         Full::RefuseNewest,
         counters,

@@ -58,6 +58,26 @@ pub use sequential_storage::cache;
 
 use crate::clock::Instant;
 
+/// The cache a backlog of up to `PAGES` erase pages wants: each page's
+/// state and where its items are, in RAM (a byte and two words a page),
+/// so a call reads one page, not all of them. Items themselves are not
+/// cached: each is read once on its way out.
+pub type PageCache<const PAGES: usize> = cache::Cache<
+    cache::page_states::ArrayPageStates<PAGES>,
+    cache::page_pointers::ArrayPagePointers<PAGES>,
+    cache::Uncached,
+>;
+
+/// An empty [`PageCache`], for [`Backlog::open`] (and [`next_boot`]: one
+/// cache type for both keeps one copy of the queue's code in flash).
+pub fn page_cache<const PAGES: usize>() -> PageCache<PAGES> {
+    cache::Cache::new(
+        cache::page_states::ArrayPageStates::new(),
+        cache::page_pointers::ArrayPagePointers::new(),
+        cache::Uncached,
+    )
+}
+
 aimdb_core::counter_set! {
     /// A backlog's counters (one writer: its runner).
     pub struct Counters;

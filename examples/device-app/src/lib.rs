@@ -345,24 +345,11 @@ pub static BACKLOG: aimdb_connectors::backlog::Counters =
 #[cfg(feature = "backlog")]
 pub const BACKLOG_PAGES: usize = 64;
 
-/// The backlog's cache: each page's state and where its items are.
+/// A fresh cache for the device's backlog (also for `backlog::next_boot`:
+/// one cache type, one copy of the queue's code in flash).
 #[cfg(feature = "backlog")]
-pub type BacklogCache = aimdb_connectors::backlog::cache::Cache<
-    aimdb_connectors::backlog::cache::page_states::ArrayPageStates<BACKLOG_PAGES>,
-    aimdb_connectors::backlog::cache::page_pointers::ArrayPagePointers<BACKLOG_PAGES>,
-    aimdb_connectors::backlog::cache::Uncached,
->;
-
-/// A fresh [`BacklogCache`] (also for `backlog::next_boot`: one cache
-/// type, one copy of the queue's code in flash).
-#[cfg(feature = "backlog")]
-pub fn backlog_cache() -> BacklogCache {
-    use aimdb_connectors::backlog::cache::{self, Cache};
-    Cache::new(
-        cache::page_states::ArrayPageStates::new(),
-        cache::page_pointers::ArrayPagePointers::new(),
-        cache::Uncached,
-    )
+pub fn backlog_cache() -> aimdb_connectors::backlog::PageCache<BACKLOG_PAGES> {
+    aimdb_connectors::backlog::page_cache()
 }
 
 /// Bytes of one backlog entry at most: the readings topic and a postcard

@@ -593,10 +593,8 @@ const REASONS: [DispatchError; 11] = [
 mod backlog {
     use std::path::Path;
 
-    use aimdb_connectors::backlog::cache::page_pointers::ArrayPagePointers;
-    use aimdb_connectors::backlog::cache::page_states::ArrayPageStates;
-    use aimdb_connectors::backlog::cache::{Cache, Uncached};
-    use aimdb_connectors::backlog::{next_boot, Backlog, Counters, FileFlash, Full};
+    use aimdb_connectors::backlog::{next_boot, page_cache, Backlog, Counters, FileFlash};
+    use aimdb_connectors::backlog::{Full, PageCache};
 
     const PAGES: u32 = 256;
     const PAGE: u32 = 4096;
@@ -604,26 +602,26 @@ mod backlog {
     /// The backlog's counters.
     pub static COUNTERS: Counters = Counters::new();
 
-    type Cached =
-        Cache<ArrayPageStates<{ PAGES as usize }>, ArrayPagePointers<{ PAGES as usize }>, Uncached>;
-
-    fn cache() -> Cached {
-        Cache::new(ArrayPageStates::new(), ArrayPagePointers::new(), Uncached)
-    }
+    type Cached = PageCache<{ PAGES as usize }>;
 
     /// Opens (or makes) the backlog in `file`: what an earlier run stored
     /// is found and goes first.
     pub async fn open(file: &Path) -> Result<Backlog<'static, FileFlash, Cached>, String> {
         let mut flash = <FileFlash>::open(file, PAGES + 2).map_err(|e| e.to_string())?;
         let boots = PAGES * PAGE..(PAGES + 2) * PAGE;
-        let boot = next_boot(&mut flash, boots, cache(), &COUNTERS)
-            .await
-            .map_err(|e| e.to_string())?;
+        let boot = next_boot(
+            &mut flash,
+            boots,
+            page_cache::<{ PAGES as usize }>(),
+            &COUNTERS,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         let mut buf = [0u8; 512];
         let b = Backlog::open(
             flash,
             0..PAGES * PAGE,
-            cache(),
+            page_cache(),
             boot,
             Full::DropOldest,
             &COUNTERS,

@@ -18,10 +18,7 @@
 #![no_std]
 #![no_main]
 
-use aimdb_connectors::backlog::cache::page_pointers::ArrayPagePointers;
-use aimdb_connectors::backlog::cache::page_states::ArrayPageStates;
-use aimdb_connectors::backlog::cache::{Cache, Uncached};
-use aimdb_connectors::backlog::{Backlog, Counters, Full};
+use aimdb_connectors::backlog::{page_cache, Backlog, Counters, Full};
 use aimdb_connectors::clock::Instant;
 use aimdb_core::connector::{Message, QoS};
 use cortex_m_rt::entry;
@@ -52,11 +49,7 @@ fn main() -> ! {
     let opened = ready(Backlog::open(
         flash,
         range,
-        Cache::new(
-            ArrayPageStates::<PAGES>::new(),
-            ArrayPagePointers::<PAGES>::new(),
-            Uncached,
-        ),
+        page_cache::<PAGES>(),
         1,
         Full::RefuseNewest,
         &COUNTERS,
