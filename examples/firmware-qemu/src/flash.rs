@@ -4,7 +4,7 @@
 //! - [`HostFlash`]: the flash is a file on the host, reached through
 //!   semihosting. It outlives the QEMU process, so stopping QEMU and
 //!   starting it again with the same file is a device reset that keeps
-//!   its flash (what `mqtt-device-e2e --outage` does mid-outage).
+//!   its flash (what `outage-e2e` does mid-outage).
 //! - [`RamFlash`]: the flash in RAM, for b3's instruction counts (no
 //!   semihosting call inside a counted operation).
 //!
@@ -12,6 +12,7 @@
 //! write ANDs (it can only clear bits).
 
 use core::ffi::CStr;
+use core::ops::Range;
 
 use cortex_m_semihosting::{nr, syscall};
 use embedded_storage_async::nor_flash::{
@@ -20,6 +21,24 @@ use embedded_storage_async::nor_flash::{
 
 /// Bytes per erase page (the LM3S6965's own flash page).
 pub const PAGE: usize = 1024;
+
+/// Pages of the durable demo firmware's flash (`device-backlog`,
+/// `device-mqtt-backlog`) for the backlog, then for the boot counter.
+pub const BACKLOG_PAGES: usize = 64;
+/// See [`BACKLOG_PAGES`].
+pub const BOOT_PAGES: usize = 2;
+
+/// The durable demo firmware's flash: the host file `backlog.bin` in
+/// QEMU's working directory ([`BACKLOG_PAGES`] + [`BOOT_PAGES`] pages of
+/// 0xff, 66 KiB, which the host makes), with the backlog's range and the
+/// boot counter's; `None` without such a file.
+pub fn demo_backlog() -> Option<(HostFlash, Range<u32>, Range<u32>)> {
+    let capacity = (BACKLOG_PAGES + BOOT_PAGES) * PAGE;
+    let flash = HostFlash::open(c"backlog.bin", capacity)?;
+    let backlog = 0..(BACKLOG_PAGES * PAGE) as u32;
+    let boots = backlog.end..capacity as u32;
+    Some((flash, backlog, boots))
+}
 
 /// A failed flash operation.
 #[derive(Debug)]

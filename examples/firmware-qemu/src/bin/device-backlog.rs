@@ -4,24 +4,16 @@
 //! the reading is in its own backlog), so an outage of the link or of
 //! the gateway, or a reset in the middle of one, loses none.
 //!
-//! QEMU emulates no flash writes, so the flash is the host file
-//! `backlog.bin` in QEMU's working directory (through semihosting; the
-//! host makes it, 66 KiB of `0xff`): 64 pages of 1 KiB for the backlog,
-//! 2 for the boot counter, as in `device-mqtt-backlog`. On a board the
-//! same code takes the chip's flash driver and a range the linker script
-//! leaves free.
+//! QEMU emulates no flash writes, so the flash is a host file
+//! ([`flash::demo_backlog`]). On a board the same code takes the chip's
+//! flash driver and a range the linker script leaves free.
 #![no_std]
 #![no_main]
 
 use aimdb_connectors::backlog;
 use cortex_m_semihosting::hprintln;
 use embassy_executor::Spawner;
-use firmware_qemu::flash::{HostFlash, PAGE};
-use firmware_qemu::{time, uart};
-
-/// Flash pages for the backlog, then for the boot counter.
-const BACKLOG_PAGES: usize = 64;
-const BOOT_PAGES: usize = 2;
+use firmware_qemu::{flash, time, uart};
 
 #[embassy_executor::main]
 async fn main(spawner: Spawner) {
@@ -32,12 +24,9 @@ async fn main(spawner: Spawner) {
     let Some((rx, tx)) = uart::take() else {
         fail("UART0 taken")
     };
-    let capacity = (BACKLOG_PAGES + BOOT_PAGES) * PAGE;
-    let Some(mut flash) = HostFlash::open(c"backlog.bin", capacity) else {
+    let Some((mut flash, backlog, boots)) = flash::demo_backlog() else {
         fail("no backlog.bin of 66 KiB in QEMU's directory")
     };
-    let backlog = 0..(BACKLOG_PAGES * PAGE) as u32;
-    let boots = backlog.end..capacity as u32;
     let counters = &device_app::BACKLOG;
     let Ok(boot) =
         backlog::next_boot(&mut flash, boots, device_app::backlog_cache(), counters).await
