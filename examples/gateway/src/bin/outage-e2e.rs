@@ -421,11 +421,7 @@ async fn behind_gateway(args: &Args, gateway: &Path) -> Result<String, String> {
     // The gateway SIGKILLed: the device runs on, its readings held in
     // its flash.
     tokio::time::sleep(outage / 4).await;
-    gw.start_kill()
-        .map_err(|e| format!("killing the gateway: {e}"))?;
-    gw.wait()
-        .await
-        .map_err(|e| format!("reaping the gateway: {e}"))?;
+    kill(&mut gw, "the gateway").await?;
     let in_gateway = newest_in_gateway_file(&file, 0)?;
     println!(
         "outage-e2e: gateway SIGKILLed after {:.1?}; boot 0's newest reading in its file: \
@@ -435,18 +431,7 @@ async fn behind_gateway(args: &Args, gateway: &Path) -> Result<String, String> {
 
     // The device reset while the gateway is away, its flash kept.
     tokio::time::sleep((outage / 2).saturating_sub(down.elapsed())).await;
-    device
-        .start_kill()
-        .map_err(|e| format!("killing QEMU: {e}"))?;
-    device
-        .wait()
-        .await
-        .map_err(|e| format!("reaping QEMU: {e}"))?;
-    let in_flash = newest_in_flash(&flash, 0)?;
-    println!(
-        "outage-e2e: device reset after {:.1?}; boot 0's newest reading in its flash: {in_flash:?}",
-        down.elapsed()
-    );
+    let in_flash = reset(&mut device, &flash, down).await?;
     let mut device = spawn_device()?;
     let boot1 = Instant::now();
 
@@ -471,16 +456,7 @@ async fn behind_gateway(args: &Args, gateway: &Path) -> Result<String, String> {
     let _ = gw.start_kill();
     let _ = device.start_kill();
     let seen = &obs.seen;
-    for (boot, seqs) in seen.boots.iter().enumerate() {
-        unbroken(boot, seqs)?;
-    }
-    let boot0 = seen.boots.first().map_or(0, Vec::len) as u32;
-    let newest = in_flash.ok_or("device boot 0 stored nothing during the outage")?;
-    if boot0 <= newest {
-        return Err(format!(
-            "device boot 0: readings 0..{boot0} arrived, but its flash held up to {newest}"
-        ));
-    }
+    let (boot0, newest) = unbroken_through_reset(seen, in_flash)?;
     let in_gateway = in_gateway.ok_or("the gateway stored nothing of boot 0")?;
     let _ = obs.child.start_kill();
     Ok(format!(
@@ -491,6 +467,48 @@ async fn behind_gateway(args: &Args, gateway: &Path) -> Result<String, String> {
         seen.boots.get(1).map_or(0, Vec::len),
         seen.duplicates
     ))
+}
+
+/// SIGKILLs `child` (`what`, for the error) and reaps it.
+async fn kill(child: &mut Child, what: &str) -> Result<(), String> {
+    child
+        .start_kill()
+        .map_err(|e| format!("killing {what}: {e}"))?;
+    child
+        .wait()
+        .await
+        .map_err(|e| format!("reaping {what}: {e}"))?;
+    Ok(())
+}
+
+/// The device's reset `down.elapsed()` into the outage: QEMU killed, its
+/// `flash` file kept. Returns boot 0's newest reading in that flash.
+async fn reset(device: &mut Child, flash: &Path, down: Instant) -> Result<Option<u32>, String> {
+    kill(device, "QEMU").await?;
+    let in_flash = newest_in_flash(flash, 0)?;
+    println!(
+        "outage-e2e: device reset after {:.1?}; boot 0's newest reading in its flash: {in_flash:?}",
+        down.elapsed()
+    );
+    Ok(in_flash)
+}
+
+/// Checks that every boot's readings arrived unbroken and that boot 0's
+/// went past the newest its flash held at the reset (`in_flash`), so the
+/// readings stored during the outage arrived; returns boot 0's count and
+/// that newest.
+fn unbroken_through_reset(seen: &Seen, in_flash: Option<u32>) -> Result<(u32, u32), String> {
+    for (boot, seqs) in seen.boots.iter().enumerate() {
+        unbroken(boot, seqs)?;
+    }
+    let boot0 = seen.boots.first().map_or(0, Vec::len) as u32;
+    let newest = in_flash.ok_or("device boot 0 stored nothing during the outage")?;
+    if boot0 <= newest {
+        return Err(format!(
+            "device boot 0: readings 0..{boot0} arrived, but its flash held up to {newest}"
+        ));
+    }
+    Ok((boot0, newest))
 }
 
 /// Checks that `seqs` is 0, 1, 2, … with no gap.
@@ -533,18 +551,7 @@ async fn run(args: &Args) -> Result<String, String> {
     let down = Instant::now();
     tokio::time::sleep(outage / 2).await;
     // 3. The reset: QEMU killed, its flash kept.
-    device
-        .start_kill()
-        .map_err(|e| format!("killing QEMU: {e}"))?;
-    device
-        .wait()
-        .await
-        .map_err(|e| format!("reaping QEMU: {e}"))?;
-    let stored = newest_in_flash(&flash, 0)?;
-    println!(
-        "outage-e2e: device reset after {:.1?}; boot 0's newest stored reading: {stored:?}",
-        down.elapsed()
-    );
+    let stored = reset(&mut device, &flash, down).await?;
     device = spawn()?;
     tokio::time::sleep(outage.saturating_sub(down.elapsed())).await;
     // 4. The broker back; boot 1 catches up with the device.
@@ -562,16 +569,7 @@ async fn run(args: &Args) -> Result<String, String> {
     let _ = device.start_kill();
 
     let seen = &obs.seen;
-    for (boot, seqs) in seen.boots.iter().enumerate() {
-        unbroken(boot, seqs)?;
-    }
-    let boot0 = seen.boots.first().map_or(0, Vec::len) as u32;
-    let newest = stored.ok_or("boot 0 stored nothing during the outage")?;
-    if boot0 <= newest {
-        return Err(format!(
-            "boot 0: readings 0..{boot0} arrived, but its flash held up to {newest}"
-        ));
-    }
+    let (boot0, newest) = unbroken_through_reset(seen, stored)?;
     let _ = obs.child.start_kill();
     Ok(format!(
         "aimdb stats: backlog {backlog}; boot 0: readings 0..{boot0} (its flash held up to {newest} at the reset), \
