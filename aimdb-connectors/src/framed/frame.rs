@@ -92,11 +92,7 @@ impl core::error::Error for FrameError {}
 /// [`encoded_len`] of the frame; `out` is then left partly written.
 pub fn encode(topic: &str, payload: &[u8], out: &mut [u8]) -> Result<usize, EncodeError> {
     let mut w = CobsWriter::new(out)?;
-    let mut var = [0u8; 5];
-    w.extend(varint(topic.len(), &mut var))?;
-    w.extend(topic.as_bytes())?;
-    w.extend(varint(payload.len(), &mut var))?;
-    w.extend(payload)?;
+    w.message(topic, payload)?;
     w.finish()
 }
 
@@ -116,19 +112,13 @@ pub fn encode_tracked(
     out: &mut [u8],
 ) -> Result<usize, EncodeError> {
     let mut w = CobsWriter::new(out)?;
-    let mut var = [0u8; 5];
-    w.extend(varint(topic.len(), &mut var))?;
-    w.extend(topic.as_bytes())?;
-    w.extend(varint(payload.len(), &mut var))?;
-    w.extend(payload)?;
-    w.extend(varint(id.boot as usize, &mut var))?;
-    w.extend(varint(id.seq as usize, &mut var))?;
+    w.message(topic, payload)?;
+    w.id(id)?;
     match prev {
         None => w.extend(&[0])?,
         Some(p) => {
             w.extend(&[1])?;
-            w.extend(varint(p.boot as usize, &mut var))?;
-            w.extend(varint(p.seq as usize, &mut var))?;
+            w.id(p)?;
         }
     }
     w.finish()
@@ -254,6 +244,24 @@ impl<'o> CobsWriter<'o> {
             }
         }
         Ok(())
+    }
+
+    /// A frame's fields: the topic and the payload, each after its
+    /// length as a varint.
+    #[inline(always)]
+    fn message(&mut self, topic: &str, payload: &[u8]) -> Result<(), EncodeError> {
+        let mut var = [0u8; 5];
+        self.extend(varint(topic.len(), &mut var))?;
+        self.extend(topic.as_bytes())?;
+        self.extend(varint(payload.len(), &mut var))?;
+        self.extend(payload)
+    }
+
+    /// An id: its boot, then its sequence, as varints.
+    fn id(&mut self, id: Id) -> Result<(), EncodeError> {
+        let mut var = [0u8; 5];
+        self.extend(varint(id.boot as usize, &mut var))?;
+        self.extend(varint(id.seq as usize, &mut var))
     }
 
     fn close_block(&mut self) -> Result<(), EncodeError> {
