@@ -98,6 +98,15 @@ struct Owed {
     check_at: Option<Instant>,
 }
 
+impl Owed {
+    /// Nothing taken, nothing owed: a connection's start.
+    const NONE: Self = Self {
+        taken: None,
+        queued: None,
+        check_at: None,
+    };
+}
+
 /// Where the transmit buffer stands; kept across connections so that a
 /// broken one loses no frame the transport did not accept.
 #[derive(Debug, Clone, Copy, Default)]
@@ -173,11 +182,7 @@ impl<'s, const RX: usize, const TX: usize> Engine<'s, RX, TX> {
                 moved_at: Instant::from_micros(0),
                 last: None,
             },
-            owed: Owed {
-                taken: None,
-                queued: None,
-                check_at: None,
-            },
+            owed: Owed::NONE,
             hold: None,
         }
     }
@@ -434,11 +439,7 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
             self.drop_tracked();
         }
         self.flight.last = None;
-        self.owed = Owed {
-            taken: None,
-            queued: None,
-            check_at: None,
-        };
+        self.owed = Owed::NONE;
         if beating {
             // The hello: the peer learns our sequence at once.
             self.queue_keepalive(own);
@@ -517,13 +518,16 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
                     if let Some((hold, id)) = hold {
                         hold.took(id, ok);
                     }
-                    match id {
-                        Some(id) => {
-                            self.owed.taken = Some(id);
-                            (used, Got::Tracked(ok))
-                        }
-                        None => (used, Got::Frame(ok)),
+                    if id.is_some() {
+                        self.owed.taken = id;
                     }
+                    (
+                        used,
+                        Got::Frame {
+                            ok,
+                            tracked: id.is_some(),
+                        },
+                    )
                 }
                 Event::Error(e, used) => (used, Got::Bad(e)),
             };
@@ -537,18 +541,12 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
                     self.frame_error(FrameError::Malformed);
                     self.heard(None);
                 }
-                Got::Frame(ok) => {
+                Got::Frame { ok, tracked: t } => {
                     if !ok {
                         bump(&self.counters.rejected, 1);
                     }
                     self.heard(None);
-                }
-                Got::Tracked(ok) => {
-                    if !ok {
-                        bump(&self.counters.rejected, 1);
-                    }
-                    self.heard(None);
-                    tracked = true;
+                    tracked |= t;
                 }
                 Got::Ack(id) => {
                     self.acked(id, now);
@@ -721,9 +719,12 @@ impl<const RX: usize, const TX: usize> crate::engine::Engine for Engine<'_, RX, 
 /// What a decoder event was, once the frame's borrow has ended.
 enum Got {
     Keepalive(Option<u64>),
-    Frame(bool),
-    /// A tracked frame, accepted or not.
-    Tracked(bool),
+    /// A frame the sink took (`ok`) or refused, `tracked` if it carried
+    /// an id.
+    Frame {
+        ok: bool,
+        tracked: bool,
+    },
     /// An acknowledgement.
     Ack(Id),
     /// A tracked frame not taken: the one before it did not arrive.
