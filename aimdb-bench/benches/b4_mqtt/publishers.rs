@@ -40,7 +40,7 @@ use std::path::PathBuf;
 use std::task::{Context, Poll};
 
 use aimdb_connectors::backlog::{self, page_cache, Backlog, FileFlash, Full, PageCache};
-use aimdb_connectors::clock::{Clock, Instant as ClockInstant};
+use aimdb_connectors::clock::{self, Clock};
 use aimdb_connectors::engine::Engine;
 use aimdb_connectors::mqtt::{self, Counters, Mqtt, QoS};
 use aimdb_connectors::tokio_io::{run_on_thread, TcpConnect, TokioClock};
@@ -296,7 +296,7 @@ async fn fill(
     backlog: &mut Backlog<'_, FileFlash<BACKLOG_PAGE>, BacklogCache>,
     job: Job,
     topics: &[String],
-    now: ClockInstant,
+    now: clock::Instant,
 ) {
     let mut buf = [0u8; ENTRY];
     let mut payload = [0u8; 8];
@@ -339,13 +339,13 @@ impl<D: aimdb_connectors::durable::Durable> aimdb_connectors::durable::Durable f
         &mut self,
         engine: &mut E,
         offer: bool,
-        now: ClockInstant,
+        now: clock::Instant,
         cx: &mut Context<'_>,
     ) {
         self.inner.round(engine, offer && self.open.get(), now, cx);
     }
 
-    fn keep(&mut self, now: ClockInstant, cx: &mut Context<'_>) {
+    fn keep(&mut self, now: clock::Instant, cx: &mut Context<'_>) {
         self.inner.keep(now, cx);
     }
 }
